@@ -1,0 +1,1 @@
+"""The HTTP API edge: routes convert requests, call the service, convert back."""

@@ -1,0 +1,41 @@
+"""The FastAPI application: routers, authentication, error mapping, workspace lifespan."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+
+from corral.api.deps import require_key
+from corral.api.errors import install_error_handlers
+from corral.api.routes import files, health, processes, sandboxes, workspace
+from corral.service.workspace import Workspace
+
+
+def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
+    """Build the app for a workspace; with ``manage_lifespan`` the app starts and stops it."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if manage_lifespan:
+            await ws.start()
+        try:
+            yield
+        finally:
+            if manage_lifespan:
+                await ws.stop()
+
+    app = FastAPI(
+        title="corral",
+        version="0.1.0",
+        summary="Self-hosted sandboxes for AI agents",
+        lifespan=lifespan,
+    )
+    app.state.workspace = ws
+    install_error_handlers(app)
+    app.include_router(health.router)
+    authed = [Depends(require_key)]
+    for module in (workspace, sandboxes, processes, files):
+        app.include_router(module.router, dependencies=authed)
+    return app

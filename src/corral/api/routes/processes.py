@@ -1,0 +1,90 @@
+"""Processes: exec (streamed NDJSON or background), list, events, stdin, signals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from corral.api import schemas
+from corral.api.deps import ProcessesDep
+
+router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["processes"])
+
+NDJSON = "application/x-ndjson"
+
+
+async def _ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for event in events:
+        yield json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
+
+@router.post(
+    "/exec",
+    operation_id="exec_command",
+    responses={
+        200: {"content": {NDJSON: {}}, "description": "event stream (foreground)"},
+        201: {"model": schemas.ProcessStarted, "description": "started (background)"},
+    },
+)
+async def exec_command(
+    sandbox_id: str, body: schemas.ExecRequest, processes: ProcessesDep
+) -> Response:
+    spec = body.model_dump(exclude={"background"})
+    if body.background:
+        pid = await processes.start(sandbox_id, spec)
+        return JSONResponse({"pid": pid}, status_code=201)
+    events = await processes.exec_stream(sandbox_id, spec)
+    return StreamingResponse(_ndjson(events), media_type=NDJSON)
+
+
+@router.get("/processes", operation_id="list_processes", response_model=schemas.ProcessList)
+async def list_processes(sandbox_id: str, processes: ProcessesDep) -> schemas.ProcessList:
+    listed = await processes.call(sandbox_id, "list processes of", "list_processes")
+    items = listed["processes"] if isinstance(listed, dict) else listed
+    return schemas.ProcessList(processes=[schemas.ProcessInfo(**p) for p in items])
+
+
+@router.get("/processes/{pid}", operation_id="get_process", response_model=schemas.ProcessInfo)
+async def get_process(sandbox_id: str, pid: int, processes: ProcessesDep) -> schemas.ProcessInfo:
+    return schemas.ProcessInfo(
+        **await processes.call(sandbox_id, "inspect processes of", "get_process", pid)
+    )
+
+
+@router.get(
+    "/processes/{pid}/events",
+    operation_id="process_events",
+    responses={200: {"content": {NDJSON: {}}}},
+)
+async def process_events(
+    sandbox_id: str, pid: int, processes: ProcessesDep, after: int = -1, follow: bool = True
+) -> StreamingResponse:
+    events = await processes.events(sandbox_id, pid, after, follow)
+    return StreamingResponse(_ndjson(events), media_type=NDJSON)
+
+
+@router.post("/processes/{pid}/stdin", operation_id="send_stdin", status_code=204)
+async def send_stdin(
+    sandbox_id: str, pid: int, request: Request, processes: ProcessesDep
+) -> Response:
+    data = await request.body()
+    await processes.call(sandbox_id, "send input in", "send_stdin", pid, data)
+    return Response(status_code=204)
+
+
+@router.post("/processes/{pid}/close-stdin", operation_id="close_stdin", status_code=204)
+async def close_stdin(sandbox_id: str, pid: int, processes: ProcessesDep) -> Response:
+    await processes.call(sandbox_id, "close input in", "close_stdin", pid)
+    return Response(status_code=204)
+
+
+@router.post("/processes/{pid}/signal", operation_id="signal_process", status_code=204)
+async def signal_process(
+    sandbox_id: str, pid: int, body: schemas.SignalRequest, processes: ProcessesDep
+) -> Response:
+    await processes.call(sandbox_id, "signal processes in", "signal", pid, body.signal)
+    return Response(status_code=204)

@@ -1,0 +1,160 @@
+"""Request and response bodies of the HTTP API (the wire format; no table models here).
+
+These models are the contract the SDK, the CLI and the OpenAPI document share. Field names are
+stable; new fields may be added, none removed or renamed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SandboxState = Literal["creating", "running", "parked", "stopped", "killed", "error"]
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: a machine code and a message that says what to do."""
+
+    code: str = Field(examples=["not_found"])
+    message: str
+
+
+class SandboxCreate(BaseModel):
+    """A request for a new sandbox. Omitted resources take the workspace's (or template's) defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    template: str = "base"
+    cpu: float | None = Field(default=None, gt=0, description="vCPUs")
+    memory_mib: int | None = Field(default=None, gt=0)
+    disk_mib: int | None = Field(default=None, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    ttl_seconds: int | None = Field(default=None, gt=0, description="kill after this many seconds")
+
+
+class Sandbox(BaseModel):
+    """A sandbox as the daemon records it."""
+
+    id: str
+    state: SandboxState
+    template: str
+    cpu: float
+    memory_mib: int
+    disk_mib: int
+    env: dict[str, str]
+    metadata: dict[str, str]
+    created_at: float
+    expires_at: float | None
+    error: str | None = None
+
+
+class SandboxList(BaseModel):
+    sandboxes: list[Sandbox]
+
+
+class ExecRequest(BaseModel):
+    """Run a command: ``cmd`` (argv) or ``shell`` (a /bin/sh -c string), exactly one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cmd: list[str] | None = Field(default=None, min_length=1)
+    shell: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    user: str | None = None
+    stdin: bool = Field(default=False, description="keep stdin open for later input")
+    timeout: float | None = Field(default=None, gt=0, description="seconds; the process is killed after it")
+    background: bool = Field(default=False, description="return a pid at once instead of streaming")
+    tag: str | None = None
+
+
+class ProcessStarted(BaseModel):
+    pid: int
+
+
+class ProcessInfo(BaseModel):
+    pid: int
+    cmd: list[str]
+    tag: str | None = None
+    running: bool
+    exit_code: int | None = None
+    signal: int | None = None
+    started_at: float
+    ended_at: float | None = None
+
+
+class ProcessList(BaseModel):
+    processes: list[ProcessInfo]
+
+
+class SignalRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    signal: str | int = "SIGTERM"
+
+
+class FileStat(BaseModel):
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int
+    mtime: float
+    target: str | None = None
+
+
+class FileList(BaseModel):
+    entries: list[FileStat]
+
+
+class MkdirRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    parents: bool = True
+
+
+class MkdirResult(BaseModel):
+    created: bool
+
+
+class MoveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    src: str
+    dst: str
+
+
+class WriteResult(BaseModel):
+    path: str
+    size: int
+
+
+class ResourceUsage(BaseModel):
+    total: float
+    reserved: float
+    free: float
+
+
+class Capacity(BaseModel):
+    """Workspace capacity: cpu in vCPUs (after overcommit), memory and disk in MiB."""
+
+    cpu: ResourceUsage
+    memory: ResourceUsage
+    disk: ResourceUsage
+    cpu_overcommit: int
+
+
+class Template(BaseModel):
+    name: str
+    image: str
+    cpu: float
+    memory_mib: int
+    disk_mib: int
+    created_at: float
+
+
+class TemplateList(BaseModel):
+    templates: list[Template]

@@ -1,0 +1,78 @@
+"""``corral serve``: run the daemon in the foreground with uvicorn.
+
+SIGINT/SIGTERM shut it down gracefully: in-flight requests finish, running sandboxes are left
+running (they are re-adopted at the next start), and the store is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import uvicorn
+
+from corral.api.app import create_app
+from corral.config import Settings
+from corral.service.workspace import Workspace
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per log line: time, level, logger, message (and exception)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+
+
+def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None:
+    overrides: dict[str, object] = {}
+    if data_dir is not None:
+        overrides["data_dir"] = Path(data_dir)
+    if listen is not None:
+        overrides["listen"] = listen
+    settings = Settings(**overrides).resolved()  # type: ignore[arg-type]
+    configure_logging(settings.log_level)
+    log = logging.getLogger("corral.daemon")
+    started = time.monotonic()
+    workspace = Workspace.open(settings)
+    app = create_app(workspace)
+    log.info(
+        "corral starting on http://%s (data dir %s, admin key in %s)",
+        settings.listen,
+        settings.data_dir,
+        settings.admin_key_path,
+    )
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        http="h11",
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    log.info("corral stopped after %.0f s; sandboxes left running", time.monotonic() - started)

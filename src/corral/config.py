@@ -1,0 +1,120 @@
+"""Daemon settings: one pydantic-settings class, built once at start and then injected.
+
+Values come from keyword arguments (the CLI flags), then ``CORRAL_*`` environment variables, then
+the defaults below. Nothing here reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path("/var/lib/corral")
+DEFAULT_LISTEN = "127.0.0.1:7070"
+
+
+def _host_cpus() -> int:
+    return os.cpu_count() or 1
+
+
+def _host_memory_mib() -> int:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    raise RuntimeError("cannot read MemTotal from /proc/meminfo")
+
+
+class Settings(BaseSettings):
+    """Workspace settings. Capacity fields left at 0 are derived from the host, less a reserve.
+
+    Invariant after ``resolved()``: every capacity field is positive and the ceilings are no larger
+    than the totals.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+
+    data_dir: Path = DEFAULT_DATA_DIR
+    images_dir: Path | None = None  # default: <data_dir>/images
+    listen: str = DEFAULT_LISTEN
+
+    # Workspace capacity (0 = derive from the host).
+    cpus: float = 0
+    memory_mib: int = 0
+    disk_mib: int = 0
+    cpu_overcommit: int = Field(default=8, ge=1, le=64)
+    reserve_memory_mib: int = 1024
+    reserve_disk_mib: int = 4096
+
+    # Per-sandbox defaults and ceilings (policy).
+    default_cpu: float = 1.0
+    default_memory_mib: int = 512
+    default_disk_mib: int = 2048
+    max_cpu: float = 8.0
+    max_memory_mib: int = 8192
+    max_disk_mib: int = 20480
+    max_ttl_seconds: int = 7 * 24 * 3600
+    default_pids: int = 4096
+
+    # Runtime and network.
+    runsc: str = "runsc"
+    runsc_platform: str = "systrap"
+    network_prefix: str = "corral"
+    network_subnet: str = "10.200.0.0/16"
+    agent_ready_timeout: float = 20.0
+    log_level: str = "info"
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"listen address must be HOST:PORT, got {value!r}")
+        return value
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def sandboxes_dir(self) -> Path:
+        return self.data_dir / "sandboxes"
+
+    @property
+    def images_path(self) -> Path:
+        return self.images_dir or self.data_dir / "images"
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "corral.db"
+
+    @property
+    def admin_key_path(self) -> Path:
+        return self.data_dir / "admin.key"
+
+    def resolved(self) -> Settings:
+        """Return a copy with host-derived capacity filled in and ceilings clamped to it."""
+        cpus = self.cpus or float(_host_cpus())
+        memory = self.memory_mib or max(256, _host_memory_mib() - self.reserve_memory_mib)
+        disk = self.disk_mib
+        if not disk:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(self.data_dir).free // (1024 * 1024)
+            disk = max(1024, free - self.reserve_disk_mib)
+        return self.model_copy(
+            update={
+                "cpus": cpus,
+                "memory_mib": memory,
+                "disk_mib": disk,
+                "max_memory_mib": min(self.max_memory_mib, memory),
+                "max_disk_mib": min(self.max_disk_mib, disk),
+            }
+        )

@@ -1,0 +1,129 @@
+"""The runtime mechanism: boots, stops, checkpoints and restores one isolated sandbox.
+
+A runtime knows nothing of the store, the API or capacity; the service layer drives it. It owns, per
+sandbox, everything on the host below ``<sandboxes_dir>/<sandbox_id>/`` (OCI bundle, the
+size-limited writable disk, logs, runtime ids) plus the runtime's own records (runsc state, cgroups).
+
+Invariants every implementation keeps:
+- ``start`` and ``restore`` return only once the sandbox's init (the in-sandbox agent) is running,
+  or raise ``RuntimeFailure`` having removed everything they made (nothing half-created).
+- ``destroy`` is idempotent and removes every host resource of the sandbox (runtime container,
+  cgroups, mounts, loop devices, files), whatever state it is in.
+- ``checkpoint`` writes the image to ``image_dir`` and fsyncs it before returning; with
+  ``leave_running=False`` the sandbox's processes are gone afterwards.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class RuntimeFailure(Exception):
+    """A runtime operation failed; the message names the sandbox, the verb and the cause."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one sandbox is given. ``cpu`` in vCPUs (fractions allowed), memory and disk in MiB."""
+
+    cpu: float
+    memory_mib: int
+    disk_mib: int
+    pids: int = 4096
+
+
+@dataclass(frozen=True)
+class AgentMount:
+    """How the in-sandbox agent is injected read-only: host paths bind-mounted at private paths.
+
+    ``mounts`` maps a host path to a destination inside the sandbox; ``argv`` is the agent's command
+    line as seen inside the sandbox (loader, interpreter, script, flags).
+    """
+
+    mounts: tuple[tuple[str, str], ...]
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a runtime needs to boot (or restore) one sandbox.
+
+    ``sandbox_id`` is fixed-width (runsc matches container ids by prefix). ``rootfs`` is the
+    template's read-only root filesystem, shared by all sandboxes of that template; the runtime puts
+    a private copy-on-write layer over it limited to ``resources.disk_mib``. ``netns_path`` is the
+    network namespace the sandbox joins (its ``eth0`` is taken over by the runtime), or None for
+    no network at all.
+    """
+
+    sandbox_id: str
+    rootfs: Path
+    resources: Resources
+    agent: AgentMount
+    netns_path: str | None = None
+    hostname: str = "corral"
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+class RuntimeStatus(enum.Enum):
+    """What the runtime reports about a sandbox."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"  # the runtime still knows it but its init has exited
+    MISSING = "missing"  # the runtime has no record of it
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """A sandbox's status with the reason it stopped, when the runtime knows one."""
+
+    status: RuntimeStatus
+    oom_killed: bool = False
+    detail: str = ""
+
+
+class Runtime(Protocol):
+    """An isolation engine. All methods are safe to call concurrently for different sandboxes;
+    the service serializes calls for one sandbox."""
+
+    name: str
+
+    async def start(self, spec: SandboxSpec) -> None:
+        """Boot a new sandbox whose init is the agent."""
+        ...
+
+    async def info(self, sandbox_id: str) -> RuntimeInfo:
+        """Report whether the sandbox is running, and why it stopped if it did."""
+        ...
+
+    async def list_ids(self) -> list[str]:
+        """Sandbox ids that have host resources (for reconciliation at daemon start)."""
+        ...
+
+    async def destroy(self, sandbox_id: str) -> None:
+        """Stop the sandbox if it runs and remove all its host resources. Idempotent."""
+        ...
+
+    async def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool) -> None:
+        """Save memory and filesystem state to ``image_dir`` (created, fsynced)."""
+        ...
+
+    async def restore(self, spec: SandboxSpec, image_dir: Path) -> None:
+        """Boot ``spec.sandbox_id`` from an image made by ``checkpoint``; processes continue."""
+        ...
+
+    async def pause(self, sandbox_id: str) -> None:
+        """Freeze all processes of the sandbox."""
+        ...
+
+    async def resume(self, sandbox_id: str) -> None:
+        """Unfreeze a paused sandbox."""
+        ...
+
+    async def disk_usage_mib(self, sandbox_id: str) -> int:
+        """MiB used on the host by the sandbox's writable layer."""
+        ...

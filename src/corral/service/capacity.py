@@ -1,0 +1,78 @@
+"""Workspace capacity: what is total, reserved and free, and admission of new reservations.
+
+Model (DESIGN.md): cpu may be overcommitted by ``cpu_overcommit``; memory never; a running (or
+creating) sandbox reserves its cpu, memory and disk; a parked one only its disk. Reservations are
+derived from the store, so they are right after a restart; ``admit`` is called under the service's
+admission lock, so two concurrent requests cannot both take the last free MiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.config import Settings
+from corral.service.errors import CapacityExceeded
+from corral.storage import SandboxRecord
+
+ACTIVE_STATES = {"creating", "running"}
+DISK_ONLY_STATES = {"parked"}
+
+
+@dataclass(frozen=True)
+class Usage:
+    total: float
+    reserved: float
+
+    @property
+    def free(self) -> float:
+        return self.total - self.reserved
+
+
+@dataclass(frozen=True)
+class CapacityReport:
+    cpu: Usage
+    memory: Usage
+    disk: Usage
+    cpu_overcommit: int
+
+
+class CapacityModel:
+    """Computes capacity from settings and sandbox records."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    def report(self, records: list[SandboxRecord]) -> CapacityReport:
+        cpu = memory = disk = 0.0
+        for record in records:
+            if record.state in ACTIVE_STATES:
+                cpu += record.cpu
+                memory += record.memory_mib
+                disk += record.disk_mib
+            elif record.state in DISK_ONLY_STATES:
+                disk += record.disk_mib
+        s = self._settings
+        return CapacityReport(
+            cpu=Usage(s.cpus * s.cpu_overcommit, cpu),
+            memory=Usage(float(s.memory_mib), memory),
+            disk=Usage(float(s.disk_mib), disk),
+            cpu_overcommit=s.cpu_overcommit,
+        )
+
+    def admit(
+        self, records: list[SandboxRecord], *, cpu: float, memory_mib: int, disk_mib: int
+    ) -> None:
+        """Raise CapacityExceeded naming the first resource that does not fit, with numbers."""
+        report = self.report(records)
+        asks = (
+            ("cpu", cpu, report.cpu, "vCPUs"),
+            ("memory", memory_mib, report.memory, "MiB"),
+            ("disk", disk_mib, report.disk, "MiB"),
+        )
+        for name, ask, usage, unit in asks:
+            if ask > usage.free + 1e-9:
+                raise CapacityExceeded(
+                    f"not enough free {name} in the workspace: asked for {ask:g} {unit}, "
+                    f"{usage.free:g} of {usage.total:g} {unit} free "
+                    f"({usage.reserved:g} reserved); kill or park sandboxes, or ask for less"
+                )

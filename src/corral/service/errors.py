@@ -1,0 +1,58 @@
+"""The service's error tree. Edges translate these; nothing below the service raises them.
+
+    CorralError                 code        meaning
+    ├── NotFound                not_found   no such sandbox, template, process or file
+    ├── InvalidRequest          invalid     the request itself is wrong (bad resources, bad path)
+    ├── StateConflict           conflict    the sandbox's state does not allow the action
+    ├── CapacityExceeded        capacity    over a ceiling or over the workspace's free capacity
+    ├── ExecFailed              exec_failed the command could not be started in the sandbox
+    ├── SandboxUnavailable      sandbox_unavailable  the sandbox's agent cannot be reached
+    ├── Unauthorized            unauthorized         missing or wrong API key
+    └── OperationFailed         internal    a runtime or network step failed; message says which
+"""
+
+from __future__ import annotations
+
+
+class CorralError(Exception):
+    """Base of every error the service reports to a caller."""
+
+    code = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class NotFound(CorralError):
+    code = "not_found"
+
+
+class InvalidRequest(CorralError):
+    code = "invalid"
+
+
+class StateConflict(CorralError):
+    code = "conflict"
+
+
+class CapacityExceeded(CorralError):
+    code = "capacity"
+
+
+class ExecFailed(CorralError):
+    code = "exec_failed"
+
+
+class SandboxUnavailable(CorralError):
+    code = "sandbox_unavailable"
+
+
+class Unauthorized(CorralError):
+    code = "unauthorized"
+
+
+class OperationFailed(CorralError):
+    code = "internal"

@@ -1,0 +1,98 @@
+"""Processes in sandboxes: exec (streamed or in the background), output reconnect, stdin, signals.
+
+The agent in the sandbox owns the processes and buffers their output; this service finds the
+sandbox's agent, checks the sandbox may be used, and translates the agent's errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from corral.runtime.agent_client import AgentError
+from corral.service.errors import CorralError, InvalidRequest
+from corral.service.sandboxes import SandboxService, translate_agent_error
+
+Event = dict[str, Any]
+
+
+class ProcessService:
+    def __init__(self, sandboxes: SandboxService) -> None:
+        self._sandboxes = sandboxes
+
+    async def _error(self, sandbox_id: str, exc: AgentError) -> CorralError:
+        if getattr(exc, "status", None) is None or exc.code == "unavailable":
+            return await self._sandboxes.diagnose(sandbox_id, exc)
+        return translate_agent_error(sandbox_id, exc)
+
+    @staticmethod
+    def _check(spec: dict[str, Any]) -> None:
+        if (spec.get("cmd") is None) == (spec.get("shell") is None):
+            raise InvalidRequest("give exactly one of 'cmd' (argv list) and 'shell' (a string)")
+
+    async def exec_stream(self, sandbox_id: str, spec: dict[str, Any]) -> AsyncIterator[Event]:
+        """Start a process and return its event stream; errors to start raise before streaming."""
+        self._check(spec)
+        client = self._sandboxes.agent(sandbox_id, "exec in")
+        stream = client.stream_process(spec)
+        try:
+            first = await anext(stream)
+        except AgentError as exc:
+            await stream.aclose()
+            raise await self._error(sandbox_id, exc) from exc
+
+        async def events() -> AsyncIterator[Event]:
+            yield first
+            try:
+                async for event in stream:
+                    yield event
+            except AgentError:
+                # The stream broke (sandbox killed or parked); the client reconnects by pid.
+                return
+            finally:
+                await stream.aclose()
+
+        return events()
+
+    async def start(self, sandbox_id: str, spec: dict[str, Any]) -> int:
+        self._check(spec)
+        client = self._sandboxes.agent(sandbox_id, "exec in")
+        try:
+            return await client.start_process(spec)
+        except AgentError as exc:
+            raise await self._error(sandbox_id, exc) from exc
+
+    async def events(
+        self, sandbox_id: str, pid: int, after: int, follow: bool
+    ) -> AsyncIterator[Event]:
+        client = self._sandboxes.agent(sandbox_id, "read process output of")
+        stream = client.events(pid, after=after, follow=follow)
+        try:
+            first = await anext(stream)
+        except StopAsyncIteration:
+            first = None
+        except AgentError as exc:
+            await stream.aclose()
+            raise await self._error(sandbox_id, exc) from exc
+
+        async def events() -> AsyncIterator[Event]:
+            if first is None:
+                return
+            yield first
+            try:
+                async for event in stream:
+                    yield event
+            except AgentError:
+                return
+            finally:
+                await stream.aclose()
+
+        return events()
+
+    async def call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
+        """Run one non-streaming agent call (list, get, stdin, close_stdin, signal, forget)."""
+        client = self._sandboxes.agent(sandbox_id, action)
+        try:
+            return await getattr(client, method)(*args)
+        except AgentError as exc:
+            raise await self._error(sandbox_id, exc) from exc

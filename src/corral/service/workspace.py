@@ -1,0 +1,77 @@
+"""The composition root: builds the store, mechanisms and services of one workspace.
+
+``Workspace.open`` wires the real mechanisms (gVisor, network slots); tests pass fakes to
+``Workspace(...)`` directly. Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from corral.config import Settings
+from corral.images import ImageStore
+from corral.network.base import Network
+from corral.runtime.base import AgentMount, Runtime
+from corral.service.auth import ApiKeys
+from corral.service.files import FileService
+from corral.service.processes import ProcessService
+from corral.service.sandboxes import SandboxService
+from corral.service.templates import TemplateService
+from corral.storage import Database
+
+log = logging.getLogger("corral.workspace")
+
+
+@dataclass
+class Workspace:
+    """Every service of one daemon, sharing one store, runtime and network."""
+
+    settings: Settings
+    db: Database
+    api_keys: ApiKeys
+    templates: TemplateService
+    sandboxes: SandboxService
+    processes: ProcessService
+    files: FileService
+
+    @classmethod
+    def build(
+        cls, settings: Settings, runtime: Runtime, network: Network, agent: AgentMount
+    ) -> Workspace:
+        settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db = Database(settings.db_path)
+        images = ImageStore(settings.images_path)
+        templates = TemplateService(db, images, settings)
+        sandboxes = SandboxService(settings, db, runtime, network, templates, agent)
+        return cls(
+            settings=settings,
+            db=db,
+            api_keys=ApiKeys(db),
+            templates=templates,
+            sandboxes=sandboxes,
+            processes=ProcessService(sandboxes),
+            files=FileService(sandboxes),
+        )
+
+    @classmethod
+    def open(cls, settings: Settings) -> Workspace:
+        """Wire the real runtime (gVisor) and network (slots) for ``settings``."""
+        from corral.network.slots import SlotNetwork
+        from corral.runtime.gvisor import GVisorRuntime
+        from corral.runtime.inject import host_agent_mount
+
+        runtime = GVisorRuntime(
+            settings.sandboxes_dir, runsc=settings.runsc, platform=settings.runsc_platform
+        )
+        network = SlotNetwork(prefix=settings.network_prefix, subnet=settings.network_subnet)
+        return cls.build(settings, runtime, network, host_agent_mount())
+
+    async def start(self) -> None:
+        self.api_keys.ensure_admin_key(self.settings.admin_key_path)
+        self.templates.sync()
+        await self.sandboxes.start()
+
+    async def stop(self) -> None:
+        await self.sandboxes.stop()
+        self.db.close()

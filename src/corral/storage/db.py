@@ -1,0 +1,61 @@
+"""The database handle: engine, migrations at open, and the repositories.
+
+SQLite in WAL mode with ``synchronous=FULL`` so a committed state change survives a crash of the
+daemon or the host. All access is short and synchronous; callers serialize per sandbox.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import sessionmaker
+
+from corral.storage.apikeys import ApiKeyRepository
+from corral.storage.sandboxes import SandboxRepository
+from corral.storage.templates import TemplateRepository
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+class Database:
+    """Opens (and migrates to the newest schema) the store at ``path``; ``:memory:`` for tests."""
+
+    def __init__(self, path: Path | str) -> None:
+        url = "sqlite://" if str(path) == ":memory:" else f"sqlite:///{path}"
+        kwargs: dict[str, Any] = {}
+        if str(path) == ":memory:":
+            from sqlalchemy.pool import StaticPool
+
+            kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        else:
+            kwargs = {"connect_args": {"check_same_thread": False}}
+        self.engine: Engine = create_engine(url, **kwargs)
+        event.listen(self.engine, "connect", _on_connect)
+        self._migrate()
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.sandboxes = SandboxRepository(self._sessions)
+        self.api_keys = ApiKeyRepository(self._sessions)
+        self.templates = TemplateRepository(self._sessions)
+
+    def _migrate(self) -> None:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,99 @@
+"""Sandbox records: insert, read, filter, update."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from corral.storage.records import SandboxRecord
+from corral.storage.tables import SandboxRow
+
+
+def _record(row: SandboxRow) -> SandboxRecord:
+    return SandboxRecord(
+        id=row.id,
+        state=row.state,
+        template=row.template,
+        cpu=row.cpu,
+        memory_mib=row.memory_mib,
+        disk_mib=row.disk_mib,
+        env=dict(row.env or {}),
+        metadata=dict(row.meta or {}),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        expires_at=row.expires_at,
+        error=row.error,
+        slot_index=row.slot_index,
+        operation=row.operation,
+    )
+
+
+class SandboxRepository:
+    """CRUD on the ``sandboxes`` table. Every write commits before returning."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def add(self, record: SandboxRecord) -> None:
+        now = time.time()
+        with self._sessions.begin() as session:
+            session.add(
+                SandboxRow(
+                    id=record.id,
+                    state=record.state,
+                    template=record.template,
+                    cpu=record.cpu,
+                    memory_mib=record.memory_mib,
+                    disk_mib=record.disk_mib,
+                    env=record.env,
+                    meta=record.metadata,
+                    created_at=record.created_at or now,
+                    updated_at=now,
+                    expires_at=record.expires_at,
+                    error=record.error,
+                    slot_index=record.slot_index,
+                    operation=record.operation,
+                )
+            )
+
+    def get(self, sandbox_id: str) -> SandboxRecord | None:
+        with self._sessions() as session:
+            row = session.get(SandboxRow, sandbox_id)
+            return _record(row) if row else None
+
+    def list(
+        self, *, states: set[str] | None = None, metadata: dict[str, str] | None = None
+    ) -> list[SandboxRecord]:
+        with self._sessions() as session:
+            query = select(SandboxRow).order_by(SandboxRow.created_at)
+            if states:
+                query = query.where(SandboxRow.state.in_(states))
+            rows = session.scalars(query).all()
+            records = [_record(row) for row in rows]
+        if metadata:
+            records = [
+                r for r in records if all(r.metadata.get(k) == v for k, v in metadata.items())
+            ]
+        return records
+
+    def update(self, sandbox_id: str, **fields: Any) -> SandboxRecord:
+        if "metadata" in fields:
+            fields["meta"] = fields.pop("metadata")
+        with self._sessions.begin() as session:
+            row = session.get(SandboxRow, sandbox_id)
+            if row is None:
+                raise KeyError(sandbox_id)
+            for name, value in fields.items():
+                setattr(row, name, value)
+            row.updated_at = time.time()
+            session.flush()
+            return _record(row)
+
+    def delete(self, sandbox_id: str) -> None:
+        with self._sessions.begin() as session:
+            row = session.get(SandboxRow, sandbox_id)
+            if row is not None:
+                session.delete(row)

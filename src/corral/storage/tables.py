@@ -1,0 +1,53 @@
+"""ORM table definitions. Migrations in ``migrations/versions`` must match these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Float, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SandboxRow(Base):
+    __tablename__ = "sandboxes"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    template: Mapped[str] = mapped_column(String(128))
+    cpu: Mapped[float] = mapped_column(Float)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    disk_mib: Mapped[int] = mapped_column(Integer)
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    slot_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    operation: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+class ApiKeyRow(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class TemplateRow(Base):
+    __tablename__ = "templates"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    image: Mapped[str] = mapped_column(Text)
+    cpu: Mapped[float] = mapped_column(Float)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    disk_mib: Mapped[int] = mapped_column(Integer)
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
