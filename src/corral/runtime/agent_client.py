@@ -1,0 +1,338 @@
+"""The daemon's client of the in-sandbox agent (the protocol is ``docs/agent-protocol.md``).
+
+One ``AgentClient`` per sandbox holds one keep-alive ``httpx.AsyncClient`` to
+``http://{host}:{port}``, where host is the sandbox's slot address. Streams (process events, file
+content) are passed through without being held in memory: process events are yielded as decoded
+dicts whose ``data`` stays base64 text, file content as byte chunks.
+
+Exceptions (httpx errors never leave this module; they are translated with ``raise ... from``)::
+
+    AgentError                the agent answered an error: .code is the protocol's code
+     |                        ("not_found", "exec_failed", ...), .status its HTTP status
+     +-- AgentUnavailable     no usable answer: refused, reset, cut mid-stream or timed out
+                              (.code "unavailable", .status None)
+
+Paths are ``str``; names that are not UTF-8 travel as surrogateescape (``"\\udcff"``), in JSON as
+escapes and in query strings as percent-encoded raw bytes, as the protocol says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+from urllib.parse import quote_from_bytes
+
+import httpx
+
+from corral.agent import AGENT_PORT
+
+__all__ = ["AgentClient", "AgentError", "AgentUnavailable"]
+
+_UNARY_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+_TRANSFER_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=30.0)
+_FOLLOW_TIMEOUT = httpx.Timeout(connect=5.0, read=None, write=60.0, pool=30.0)
+_READY_POLL = 0.005
+_FILE_CHUNK = 1024 * 1024
+
+
+class AgentError(Exception):
+    """The agent answered with an error, or (as ``AgentUnavailable``) could not be reached."""
+
+    def __init__(self, message: str, *, code: str = "internal", status: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+class AgentUnavailable(AgentError):
+    """No usable answer from the agent: connection refused or reset, stream cut, timeout."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="unavailable", status=None)
+
+
+def _query(**params: str | int | bool | None) -> str:
+    parts = []
+    for name, value in params.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(value)
+        else:
+            text = quote_from_bytes(value.encode("utf-8", "surrogateescape"), safe="/")
+        parts.append(f"{name}={text}")
+    return "&".join(parts)
+
+
+def _json_body(value: Any) -> dict[str, Any]:
+    # Serialised here, not by httpx: ASCII-escaped JSON carries surrogateescape'd names intact.
+    return {"content": json.dumps(value).encode(), "headers": {"Content-Type": "application/json"}}
+
+
+class AgentClient:
+    """Async client of one sandbox's agent.
+
+    Not bound to a task: any coroutine of the daemon's event loop may use it concurrently (httpx
+    pools connections; each stream holds one connection while it is iterated). Close it with
+    ``aclose()`` (or ``async with``) when the sandbox goes away or is restored elsewhere.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int = AGENT_PORT,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        bracketed = f"[{host}]" if ":" in host else host
+        self.base_url = f"http://{bracketed}:{port}"
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=_UNARY_TIMEOUT,
+            transport=transport,
+            limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=16, keepalive_expiry=30.0
+            ),
+        )
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _unavailable(self, doing: str, exc: Exception) -> AgentUnavailable:
+        detail = str(exc) or type(exc).__name__
+        return AgentUnavailable(f"{doing}: agent at {self.base_url} unavailable: {detail}")
+
+    @staticmethod
+    def _error(doing: str, response: httpx.Response) -> AgentError:
+        # The agent's messages already name the path or program; only a foreign answer needs
+        # our context.
+        try:
+            body = response.json()
+            message, code = str(body["error"]), str(body["code"])
+        except (ValueError, KeyError, TypeError):
+            message = f"{doing}: agent answered HTTP {response.status_code}"
+            code = "internal"
+        return AgentError(message, code=code, status=response.status_code)
+
+    async def _call(
+        self,
+        method: str,
+        url: str,
+        doing: str,
+        *,
+        timeout: httpx.Timeout | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        try:
+            response = await self._http.request(
+                method, url, timeout=timeout or _UNARY_TIMEOUT, **kwargs
+            )
+        except httpx.TransportError as exc:
+            raise self._unavailable(doing, exc) from exc
+        if response.status_code >= 400:
+            raise self._error(doing, response)
+        return response
+
+    async def _events(
+        self, method: str, url: str, doing: str, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async with self._http.stream(method, url, timeout=_FOLLOW_TIMEOUT, **kwargs) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise self._error(doing, resp)
+                pending = b""
+                async for chunk in resp.aiter_raw():
+                    if pending:
+                        chunk = pending + chunk
+                    lines = chunk.split(b"\n")
+                    pending = lines.pop()
+                    for line in lines:
+                        if line:
+                            yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise self._unavailable(doing, exc) from exc
+
+    # -- agent -------------------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        """``{"ok", "version", "boot_id", "pid"}``."""
+        response = await self._call("GET", "/health", "checking health")
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def wait_ready(self, timeout: float) -> dict[str, Any]:
+        """Poll ``/health`` every few milliseconds until it answers; return its answer."""
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AgentUnavailable(
+                    f"agent at {self.base_url} did not answer within {timeout:g} s"
+                    f" (last error: {last})"
+                )
+            try:
+                response = await self._http.get(
+                    "/health", timeout=httpx.Timeout(min(remaining, 1.0))
+                )
+            except httpx.TransportError as exc:
+                last = exc
+            else:
+                if response.status_code == 200:
+                    result: dict[str, Any] = response.json()
+                    return result
+                last = self._error("checking health", response)
+            await asyncio.sleep(_READY_POLL)
+
+    async def set_env(self, env: dict[str, str]) -> None:
+        """Replace the default environment of processes started from now on."""
+        await self._call("PUT", "/config", "setting environment", **_json_body({"env": env}))
+
+    # -- processes ---------------------------------------------------------------------------
+
+    async def start_process(self, spec: dict[str, Any]) -> int:
+        """Start a process (``spec`` is the ``POST /processes`` body); return its pid."""
+        doing = f"starting {spec.get('cmd') or spec.get('shell')!r}"
+        response = await self._call("POST", "/processes", doing, **_json_body(spec))
+        pid: int = response.json()["pid"]
+        return pid
+
+    def stream_process(self, spec: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Start a process and yield its events from ``start`` to ``exit``.
+
+        An ``exec_failed`` (or any agent error) is raised by the first iteration, before any event.
+        """
+        doing = f"starting {spec.get('cmd') or spec.get('shell')!r}"
+        return self._events("POST", "/processes?stream=true", doing, **_json_body(spec))
+
+    def events(
+        self, pid: int, after: int = -1, follow: bool = True
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield the events of ``pid`` with seq > ``after``; with ``follow`` until ``exit``."""
+        url = f"/processes/{pid}/events?{_query(after=after, follow=follow)}"
+        return self._events("GET", url, f"reading events of process {pid}")
+
+    async def list_processes(self) -> list[dict[str, Any]]:
+        response = await self._call("GET", "/processes", "listing processes")
+        processes: list[dict[str, Any]] = response.json()["processes"]
+        return processes
+
+    async def get_process(self, pid: int) -> dict[str, Any]:
+        response = await self._call("GET", f"/processes/{pid}", f"getting process {pid}")
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def send_stdin(self, pid: int, data: bytes) -> None:
+        await self._call(
+            "POST",
+            f"/processes/{pid}/stdin",
+            f"writing to stdin of process {pid}",
+            content=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+
+    async def close_stdin(self, pid: int) -> None:
+        await self._call("POST", f"/processes/{pid}/close-stdin", f"closing stdin of process {pid}")
+
+    async def signal(self, pid: int, sig: int | str) -> None:
+        """Send ``sig`` (number or name such as ``"SIGTERM"``) to the process group of ``pid``."""
+        await self._call(
+            "POST",
+            f"/processes/{pid}/signal",
+            f"sending {sig} to process {pid}",
+            **_json_body({"signal": sig}),
+        )
+
+    async def forget(self, pid: int) -> None:
+        """Drop a finished process and its buffered output from the agent."""
+        await self._call("DELETE", f"/processes/{pid}", f"forgetting process {pid}")
+
+    # -- files -------------------------------------------------------------------------------
+
+    async def read_file(self, path: str) -> AsyncIterator[bytes]:
+        """Yield the content of ``path`` in chunks of up to 1 MiB.
+
+        Always yields at least one chunk (``b""`` for an empty file), so ``await anext(it)``
+        raises the agent's error (``not_found``...) before a caller commits to a response.
+        """
+        doing = f"reading {path!r}"
+        url = f"/files/content?{_query(path=path)}"
+        try:
+            async with self._http.stream("GET", url, timeout=_TRANSFER_TIMEOUT) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise self._error(doing, response)
+                empty = True
+                async for chunk in response.aiter_raw(_FILE_CHUNK):
+                    empty = False
+                    yield chunk
+                if empty:
+                    yield b""
+        except httpx.TransportError as exc:
+            raise self._unavailable(doing, exc) from exc
+
+    async def write_file(
+        self,
+        path: str,
+        data: AsyncIterable[bytes] | bytes,
+        mode: int | None = None,
+        parents: bool = False,
+    ) -> dict[str, Any]:
+        """Write ``path`` atomically from ``data`` (streamed); return ``{"path", "size"}``."""
+        url = f"/files/content?{_query(path=path, mode=mode, parents=parents)}"
+        response = await self._call(
+            "PUT",
+            url,
+            f"writing {path!r}",
+            timeout=_TRANSFER_TIMEOUT,
+            content=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def stat(self, path: str) -> dict[str, Any]:
+        """``{"name", "path", "type", "size", "mode", "mtime", "target"}`` of ``path``."""
+        url = f"/files/stat?{_query(path=path)}"
+        response = await self._call("GET", url, f"stat {path!r}")
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def list_dir(self, path: str, depth: int = 1) -> list[dict[str, Any]]:
+        """Stat entries below ``path``, down to ``depth`` levels."""
+        url = f"/files/list?{_query(path=path, depth=depth)}"
+        response = await self._call("GET", url, f"listing {path!r}")
+        entries: list[dict[str, Any]] = response.json()["entries"]
+        return entries
+
+    async def mkdir(self, path: str, parents: bool = True) -> bool:
+        """Create a directory; False if it already existed."""
+        body = _json_body({"path": path, "parents": parents})
+        response = await self._call("POST", "/files/mkdir", f"creating {path!r}", **body)
+        created: bool = response.json()["created"]
+        return created
+
+    async def move(self, src: str, dst: str) -> dict[str, Any]:
+        """Rename ``src`` to ``dst``; return the stat of ``dst``."""
+        body = _json_body({"src": src, "dst": dst})
+        response = await self._call("POST", "/files/move", f"moving {src!r} to {dst!r}", **body)
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        url = f"/files?{_query(path=path, recursive=recursive)}"
+        await self._call("DELETE", url, f"removing {path!r}")
