@@ -1,0 +1,131 @@
+"""Human output: Rich tables for listings, plain lines for single objects."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from corral.sdk import Capacity, FileInfo, SandboxInfo, TemplateInfo
+
+__all__ = [
+    "age",
+    "number",
+    "print_capacity",
+    "print_files",
+    "print_sandbox",
+    "print_sandboxes",
+    "print_templates",
+]
+
+
+def _console() -> Console:
+    # Built per call so it writes to the sys.stdout of the moment (tests swap it).
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    return table
+
+
+def number(value: float) -> float | int:
+    """16.0 → 16: whole numbers print (and serialize) without a fraction."""
+    return int(value) if float(value).is_integer() else value
+
+
+def age(created_at: float, now: float | None = None) -> str:
+    seconds = max(0, int((now if now is not None else time.time()) - created_at))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def print_sandboxes(sandboxes: Iterable[SandboxInfo]) -> None:
+    table = _table("ID", "STATE", "TEMPLATE", "CPU", "MEMORY", "DISK", "AGE")
+    for sbx in sandboxes:
+        table.add_row(
+            sbx.id,
+            sbx.state,
+            sbx.template,
+            str(number(sbx.cpu)),
+            f"{sbx.memory_mib} MiB",
+            f"{sbx.disk_mib} MiB",
+            age(sbx.created_at),
+        )
+    _console().print(table)
+
+
+def print_sandbox(sbx: SandboxInfo) -> None:
+    lines = [
+        ("id", sbx.id),
+        ("state", sbx.state),
+        ("template", sbx.template),
+        ("cpu", str(number(sbx.cpu))),
+        ("memory", f"{sbx.memory_mib} MiB"),
+        ("disk", f"{sbx.disk_mib} MiB"),
+        ("age", age(sbx.created_at)),
+        ("expires", "never" if sbx.expires_at is None else _until(sbx.expires_at)),
+    ]
+    if sbx.metadata:
+        lines.append(("metadata", " ".join(f"{k}={v}" for k, v in sorted(sbx.metadata.items()))))
+    if sbx.env:
+        lines.append(("env", " ".join(sorted(sbx.env))))
+    if sbx.error:
+        lines.append(("error", sbx.error))
+    width = max(len(key) for key, _ in lines)
+    for key, value in lines:
+        print(f"{key.ljust(width)}  {value}")
+
+
+def _until(deadline: float) -> str:
+    left = deadline - time.time()
+    return "now" if left <= 0 else f"in {age(0, left)}"
+
+
+def print_capacity(capacity: Capacity) -> None:
+    table = _table("RESOURCE", "TOTAL", "RESERVED", "FREE")
+    for name, usage, unit in (
+        ("cpu", capacity.cpu, " vCPU"),
+        ("memory", capacity.memory, " MiB"),
+        ("disk", capacity.disk, " MiB"),
+    ):
+        table.add_row(
+            name,
+            f"{number(usage.total)}{unit}",
+            f"{number(usage.reserved)}{unit}",
+            f"{number(usage.free)}{unit}",
+        )
+    console = _console()
+    console.print(table)
+    console.print(f"cpu overcommit: {capacity.cpu_overcommit}x")
+
+
+def print_files(entries: Iterable[FileInfo]) -> None:
+    table = _table("MODE", "SIZE", "MODIFIED", "NAME")
+    for entry in entries:
+        name = entry.path + ("/" if entry.is_dir else "")
+        if entry.target:
+            name += f" -> {entry.target}"
+        modified = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.mtime))
+        table.add_row(f"{entry.mode:04o}", str(entry.size), modified, name)
+    _console().print(table)
+
+
+def print_templates(templates: Iterable[TemplateInfo]) -> None:
+    table = _table("NAME", "IMAGE", "CPU", "MEMORY", "DISK")
+    for tpl in templates:
+        table.add_row(
+            tpl.name,
+            tpl.image,
+            str(number(tpl.cpu)),
+            f"{tpl.memory_mib} MiB",
+            f"{tpl.disk_mib} MiB",
+        )
+    _console().print(table)

@@ -1,0 +1,1 @@
+"""An MCP server (stdio) that gives an agent corral sandboxes, built on the async SDK."""

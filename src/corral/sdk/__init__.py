@@ -1,0 +1,68 @@
+"""The corral Python SDK: sandboxes, their processes and files, over the daemon's HTTP API.
+
+The async core (`AsyncClient`, `AsyncSandbox`) is the implementation; `Client` and `Sandbox`
+run it on a private event loop for synchronous callers. Nothing here imports daemon code.
+"""
+
+from corral.sdk.client import AsyncClient
+from corral.sdk.errors import (
+    APIError,
+    AuthenticationError,
+    CapacityError,
+    ConfigurationError,
+    Conflict,
+    ConnectionFailed,
+    CorralError,
+    ExecFailed,
+    InvalidRequest,
+    NotFound,
+    SandboxUnavailable,
+)
+from corral.sdk.files import AsyncFiles
+from corral.sdk.models import (
+    Capacity,
+    ExecResult,
+    FileInfo,
+    ProcessEvent,
+    ProcessInfo,
+    ResourceUsage,
+    SandboxInfo,
+    SnapshotInfo,
+    TemplateInfo,
+    WriteResult,
+)
+from corral.sdk.process import AsyncProcess
+from corral.sdk.sandbox import AsyncSandbox
+from corral.sdk.sync import Client, Files, Process, Sandbox
+
+__all__ = [
+    "APIError",
+    "AsyncClient",
+    "AsyncFiles",
+    "AsyncProcess",
+    "AsyncSandbox",
+    "AuthenticationError",
+    "Capacity",
+    "CapacityError",
+    "Client",
+    "ConfigurationError",
+    "Conflict",
+    "ConnectionFailed",
+    "CorralError",
+    "ExecFailed",
+    "ExecResult",
+    "FileInfo",
+    "Files",
+    "InvalidRequest",
+    "NotFound",
+    "Process",
+    "ProcessEvent",
+    "ProcessInfo",
+    "ResourceUsage",
+    "Sandbox",
+    "SandboxInfo",
+    "SandboxUnavailable",
+    "SnapshotInfo",
+    "TemplateInfo",
+    "WriteResult",
+]

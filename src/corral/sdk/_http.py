@@ -1,0 +1,178 @@
+"""The one HTTP path to the daemon: auth, timeouts, error translation, NDJSON streams.
+
+Every request of the SDK goes through `HTTPSession`; it is the only module that touches httpx
+exceptions, and it turns them into `corral.sdk.errors` at this boundary.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from corral.sdk.errors import ConnectionFailed, error_from_response
+from corral.sdk.models import ProcessEvent
+
+__all__ = ["DEFAULT_TIMEOUT", "STREAM_TIMEOUT", "HTTPSession", "parse_event"]
+
+DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+# Streams (exec output, uploads fed from a pipe) may stay quiet for as long as the command runs.
+STREAM_TIMEOUT = httpx.Timeout(None, connect=10.0)
+
+Params = Mapping[str, Any] | list[tuple[str, Any]] | None
+
+
+class HTTPSession:
+    """An authenticated httpx.AsyncClient bound to one daemon URL.
+
+    Not thread-safe: use it from the event loop it was first used on (the sync SDK runs all
+    calls on one private loop).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.url = url
+        self._client = httpx.AsyncClient(
+            base_url=url,
+            headers={"Authorization": f"Bearer {api_key}", "User-Agent": "corral-sdk"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Params = None,
+        content: Any = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> httpx.Response:
+        """Send one request and return the (fully read) successful response."""
+        async with self.stream(
+            method,
+            path,
+            json_body=json_body,
+            params=params,
+            content=content,
+            headers=headers,
+            timeout=timeout or DEFAULT_TIMEOUT,
+        ) as response:
+            try:
+                await response.aread()
+            except httpx.TransportError as exc:
+                raise self._broken(exc) from exc
+        return response
+
+    async def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = await self.request(method, path, **kwargs)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Params = None,
+        content: Any = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """Open a streamed response; raises the translated error for an error status."""
+        request = self._client.build_request(
+            method,
+            path,
+            json=json_body,
+            params=params,
+            content=content,
+            headers=headers,
+            timeout=timeout or STREAM_TIMEOUT,
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from exc
+        try:
+            if response.status_code >= 400:
+                try:
+                    await response.aread()
+                except httpx.TransportError as exc:
+                    raise self._broken(exc) from exc
+                raise error_from_response(response.status_code, _decode_body(response))
+            yield response
+        finally:
+            await response.aclose()
+
+    async def iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_bytes():
+                if chunk:
+                    yield chunk
+        except httpx.TransportError as exc:
+            raise self._broken(exc) from exc
+
+    async def iter_events(self, response: httpx.Response) -> AsyncIterator[ProcessEvent]:
+        """Parse an NDJSON event stream; a broken connection raises `ConnectionFailed`."""
+        try:
+            async for line in response.aiter_lines():
+                if line.strip():
+                    yield parse_event(json.loads(line))
+        except httpx.TransportError as exc:
+            raise self._broken(exc) from exc
+
+    def _unreachable(self, exc: httpx.TransportError) -> ConnectionFailed:
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return ConnectionFailed(
+                f"cannot reach the corral daemon at {self.url} ({exc or type(exc).__name__}); "
+                "start it with `./scripts/serve` or `corral serve`, "
+                "or point CORRAL_URL / --url at it",
+                url=self.url,
+            )
+        return self._broken(exc)
+
+    def _broken(self, exc: httpx.TransportError) -> ConnectionFailed:
+        reason = str(exc) or type(exc).__name__
+        return ConnectionFailed(
+            f"lost the connection to the corral daemon at {self.url}: {reason}", url=self.url
+        )
+
+
+def parse_event(raw: Mapping[str, Any]) -> ProcessEvent:
+    """One NDJSON line of a process's event stream (output data is base64 on the wire)."""
+    data = raw.get("data")
+    return ProcessEvent(
+        seq=int(raw.get("seq", -1)),
+        type=str(raw.get("type", "")),
+        data=base64.b64decode(data) if data else b"",
+        pid=raw.get("pid"),
+        exit_code=raw.get("exit_code"),
+        signal=raw.get("signal"),
+        timed_out=bool(raw.get("timed_out", False)),
+        dropped_bytes=int(raw.get("dropped_bytes", 0) or 0),
+    )
+
+
+def _decode_body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text

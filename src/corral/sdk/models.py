@@ -1,0 +1,247 @@
+"""Plain data the SDK hands back: sandboxes, processes, files, capacity.
+
+These are light frozen dataclasses built from the daemon's JSON (`from_wire`), independent of the
+daemon's own pydantic schemas so the SDK never imports daemon code. Unknown fields are ignored,
+so a newer daemon that adds fields does not break an older SDK. `to_dict()` gives JSON-ready data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Capacity",
+    "ExecResult",
+    "FileInfo",
+    "ProcessEvent",
+    "ProcessInfo",
+    "ResourceUsage",
+    "SandboxInfo",
+    "SnapshotInfo",
+    "TemplateInfo",
+    "WriteResult",
+]
+
+
+class _Wire:
+    """Mixin: JSON-ready dict of a dataclass."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo(_Wire):
+    """A sandbox as the daemon records it. `state` is one of creating, running, parked, stopped,
+    killed, error."""
+
+    id: str
+    state: str
+    template: str = ""
+    cpu: float = 0.0
+    memory_mib: int = 0
+    disk_mib: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    created_at: float = 0.0
+    expires_at: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> SandboxInfo:
+        return cls(
+            id=str(data["id"]),
+            state=str(data.get("state", "")),
+            template=str(data.get("template", "")),
+            cpu=float(data.get("cpu", 0.0)),
+            memory_mib=int(data.get("memory_mib", 0)),
+            disk_mib=int(data.get("disk_mib", 0)),
+            env=dict(data.get("env") or {}),
+            metadata=dict(data.get("metadata") or {}),
+            created_at=float(data.get("created_at", 0.0)),
+            expires_at=data.get("expires_at"),
+            error=data.get("error"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEvent:
+    """One event of a process's stream.
+
+    `type` is start, stdout, stderr, truncated or exit; `data` holds the decoded bytes of an
+    output event; `exit_code`/`signal`/`timed_out` are set on exit; `pid` on start.
+    """
+
+    seq: int
+    type: str
+    data: bytes = b""
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    dropped_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult(_Wire):
+    """The outcome of a finished command.
+
+    `exit_code` is the command's status; a command killed by a signal reports 128 + signal, like
+    a shell, and `signal` says which. `stdout`/`stderr` are the output decoded as UTF-8 (invalid
+    bytes replaced); `stdout_bytes`/`stderr_bytes` are the exact bytes. `dropped_bytes` counts
+    output the agent had to drop because its buffer was full.
+    """
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    pid: int
+    timed_out: bool = False
+    signal: int | None = None
+    dropped_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo(_Wire):
+    pid: int
+    cmd: list[str]
+    running: bool
+    started_at: float
+    tag: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    ended_at: float | None = None
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ProcessInfo:
+        return cls(
+            pid=int(data["pid"]),
+            cmd=list(data.get("cmd") or []),
+            running=bool(data.get("running", False)),
+            started_at=float(data.get("started_at", 0.0)),
+            tag=data.get("tag"),
+            exit_code=data.get("exit_code"),
+            signal=data.get("signal"),
+            ended_at=data.get("ended_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo(_Wire):
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    mtime: float
+    target: str | None = None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> FileInfo:
+        return cls(
+            name=str(data.get("name", "")),
+            path=str(data.get("path", "")),
+            type=str(data.get("type", "other")),
+            size=int(data.get("size", 0)),
+            mode=int(data.get("mode", 0)),
+            mtime=float(data.get("mtime", 0.0)),
+            target=data.get("target"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult(_Wire):
+    path: str
+    size: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> WriteResult:
+        return cls(path=str(data.get("path", "")), size=int(data.get("size", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceUsage(_Wire):
+    total: float
+    reserved: float
+    free: float
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ResourceUsage:
+        return cls(
+            total=float(data.get("total", 0)),
+            reserved=float(data.get("reserved", 0)),
+            free=float(data.get("free", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity(_Wire):
+    """Workspace capacity: cpu in vCPUs (after overcommit), memory and disk in MiB."""
+
+    cpu: ResourceUsage
+    memory: ResourceUsage
+    disk: ResourceUsage
+    cpu_overcommit: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Capacity:
+        return cls(
+            cpu=ResourceUsage.from_wire(data.get("cpu") or {}),
+            memory=ResourceUsage.from_wire(data.get("memory") or {}),
+            disk=ResourceUsage.from_wire(data.get("disk") or {}),
+            cpu_overcommit=int(data.get("cpu_overcommit", 1)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateInfo(_Wire):
+    name: str
+    image: str = ""
+    cpu: float = 0.0
+    memory_mib: int = 0
+    disk_mib: int = 0
+    created_at: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> TemplateInfo:
+        return cls(
+            name=str(data["name"]),
+            image=str(data.get("image", "")),
+            cpu=float(data.get("cpu", 0.0)),
+            memory_mib=int(data.get("memory_mib", 0)),
+            disk_mib=int(data.get("disk_mib", 0)),
+            created_at=float(data.get("created_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo(_Wire):
+    """A saved sandbox state. The daemon's snapshot schema is not final; unknown fields are kept
+    in `extra`."""
+
+    name: str
+    sandbox_id: str | None = None
+    created_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> SnapshotInfo:
+        known = {"name", "sandbox_id", "created_at"}
+        return cls(
+            name=str(data.get("name", "")),
+            sandbox_id=data.get("sandbox_id"),
+            created_at=data.get("created_at"),
+            extra={k: v for k, v in data.items() if k not in known},
+        )

@@ -1,0 +1,372 @@
+"""The synchronous SDK: `Sandbox`, `Client`, `Files`, `Process`.
+
+Each class wraps its async twin and runs every call on the private loop of `_portal`; no logic
+lives here beyond that, so the sync and async SDKs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from corral.sdk._content import UploadData
+from corral.sdk._portal import portal
+from corral.sdk.client import AsyncClient
+from corral.sdk.files import AsyncFiles
+from corral.sdk.models import (
+    Capacity,
+    ExecResult,
+    FileInfo,
+    ProcessEvent,
+    ProcessInfo,
+    SandboxInfo,
+    SnapshotInfo,
+    TemplateInfo,
+    WriteResult,
+)
+from corral.sdk.process import AsyncProcess, EventCallback, OutputCallback
+from corral.sdk.sandbox import AsyncSandbox, _Opening
+
+__all__ = ["Client", "Files", "Process", "Sandbox"]
+
+
+class Files:
+    """`sandbox.files`, synchronous. See `AsyncFiles` for the semantics of each call."""
+
+    def __init__(self, inner: AsyncFiles) -> None:
+        self._async = inner
+
+    def write(
+        self, path: str, data: UploadData, *, mode: int | None = None, parents: bool = True
+    ) -> WriteResult:
+        return portal().call(self._async.write(path, data, mode=mode, parents=parents))
+
+    def read(self, path: str) -> bytes:
+        return portal().call(self._async.read(path))
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return portal().call(self._async.read_text(path, encoding))
+
+    def stream(self, path: str) -> Iterator[bytes]:
+        return portal().iterate(self._async.stream(path))
+
+    def download(self, path: str, local_path: str | Path) -> int:
+        return portal().call(self._async.download(path, local_path))
+
+    def upload(self, local_path: str | Path, path: str, *, mode: int | None = None) -> WriteResult:
+        return portal().call(self._async.upload(local_path, path, mode=mode))
+
+    def list(self, path: str = "/", depth: int = 1) -> builtins.list[FileInfo]:
+        return portal().call(self._async.list(path, depth))
+
+    def stat(self, path: str) -> FileInfo:
+        return portal().call(self._async.stat(path))
+
+    def exists(self, path: str) -> bool:
+        return portal().call(self._async.exists(path))
+
+    def mkdir(self, path: str, parents: bool = True) -> bool:
+        return portal().call(self._async.mkdir(path, parents))
+
+    def move(self, src: str, dst: str) -> FileInfo:
+        return portal().call(self._async.move(src, dst))
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        portal().call(self._async.remove(path, recursive))
+
+
+class Process:
+    """A process in a sandbox, synchronous. See `AsyncProcess`."""
+
+    def __init__(self, inner: AsyncProcess) -> None:
+        self._async = inner
+        self.pid = inner.pid
+
+    def __repr__(self) -> str:
+        return f"<Process {self.pid} in {self._async.sandbox.id}>"
+
+    def info(self) -> ProcessInfo:
+        return portal().call(self._async.info())
+
+    def events(self, after: int = -1, follow: bool = True) -> Iterator[ProcessEvent]:
+        return portal().iterate(self._async.events(after, follow))
+
+    def wait(
+        self,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        on_event: EventCallback | None = None,
+    ) -> ExecResult:
+        return portal().call(self._async.wait(on_stdout, on_stderr, on_event))
+
+    def send_stdin(self, data: UploadData) -> None:
+        portal().call(self._async.send_stdin(data))
+
+    def close_stdin(self) -> None:
+        portal().call(self._async.close_stdin())
+
+    def signal(self, signal: str | int = "SIGTERM") -> None:
+        portal().call(self._async.signal(signal))
+
+    def kill(self) -> None:
+        portal().call(self._async.kill())
+
+
+class Sandbox:
+    """One sandbox, synchronous. `with Sandbox.create() as sbx:` kills it on exit.
+
+    Callbacks (`on_stdout`, ...) run on the SDK's I/O thread.
+    """
+
+    def __init__(self, inner: AsyncSandbox) -> None:
+        self._async = inner
+        self.id = inner.id
+        self.files = Files(inner.files)
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id}>"
+
+    @classmethod
+    def create(
+        cls,
+        template: str = "base",
+        cpu: float | None = None,
+        memory_mib: int | None = None,
+        disk_mib: int | None = None,
+        env: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        ttl_seconds: int | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        snapshot: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> Sandbox:
+        opening = AsyncSandbox.create(
+            template,
+            cpu=cpu,
+            memory_mib=memory_mib,
+            disk_mib=disk_mib,
+            env=env,
+            metadata=metadata,
+            ttl_seconds=ttl_seconds,
+            snapshot=snapshot,
+            url=url,
+            api_key=api_key,
+            transport=transport,
+        )
+        return cls(portal().call(_await(opening)))
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> Sandbox:
+        opening = AsyncSandbox.connect(sandbox_id, url=url, api_key=api_key, transport=transport)
+        return cls(portal().call(_await(opening)))
+
+    @classmethod
+    def list(
+        cls,
+        state: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        return portal().call(
+            AsyncSandbox.list(state, metadata, url=url, api_key=api_key, transport=transport)
+        )
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        portal().call(self._async.__aexit__(exc_type, exc, tb))
+
+    def close(self) -> None:
+        portal().call(self._async.close())
+
+    @property
+    def last_info(self) -> SandboxInfo:
+        """The info the daemon last gave (no round trip; `info()` refreshes it)."""
+        return self._async.last_info
+
+    def info(self) -> SandboxInfo:
+        return portal().call(self._async.info())
+
+    def kill(self) -> None:
+        portal().call(self._async.kill())
+
+    def park(self) -> SandboxInfo:
+        return portal().call(self._async.park())
+
+    def wake(self) -> SandboxInfo:
+        return portal().call(self._async.wake())
+
+    def fork(self, count: int = 1) -> builtins.list[Sandbox]:
+        return [Sandbox(child) for child in portal().call(self._async.fork(count))]
+
+    def snapshot(self, name: str) -> SnapshotInfo:
+        return portal().call(self._async.snapshot(name))
+
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: UploadData | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+        *,
+        on_event: EventCallback | None = None,
+    ) -> ExecResult:
+        return portal().call(
+            self._async.exec(
+                cmd,
+                env=env,
+                cwd=cwd,
+                user=user,
+                timeout=timeout,
+                stdin=stdin,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+                on_event=on_event,
+            )
+        )
+
+    def exec_background(
+        self,
+        cmd: str | Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: bool = False,
+        tag: str | None = None,
+    ) -> Process:
+        inner = portal().call(
+            self._async.exec_background(
+                cmd, env=env, cwd=cwd, user=user, timeout=timeout, stdin=stdin, tag=tag
+            )
+        )
+        return Process(inner)
+
+    def processes(self) -> builtins.list[ProcessInfo]:
+        return portal().call(self._async.processes())
+
+    def process(self, pid: int) -> Process:
+        return Process(self._async.process(pid))
+
+
+class Client:
+    """The connection to one daemon, synchronous. See `AsyncClient`."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._async = AsyncClient(url, api_key, transport=transport)
+        self.url = self._async.url
+
+    def __repr__(self) -> str:
+        return f"<Client {self.url}>"
+
+    def close(self) -> None:
+        portal().call(self._async.aclose())
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def health(self) -> bool:
+        return portal().call(self._async.health())
+
+    def capacity(self) -> Capacity:
+        return portal().call(self._async.capacity())
+
+    def templates(self) -> list[TemplateInfo]:
+        return portal().call(self._async.templates())
+
+    def create_template(
+        self,
+        name: str,
+        *,
+        image: str | None = None,
+        warmup: str | None = None,
+        warm: bool = False,
+        cpu: float | None = None,
+        memory_mib: int | None = None,
+    ) -> TemplateInfo:
+        return portal().call(
+            self._async.create_template(
+                name, image=image, warmup=warmup, warm=warm, cpu=cpu, memory_mib=memory_mib
+            )
+        )
+
+    def list_sandboxes(
+        self, state: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> list[SandboxInfo]:
+        return portal().call(self._async.list_sandboxes(state, metadata))
+
+    def create_sandbox(
+        self,
+        template: str = "base",
+        *,
+        cpu: float | None = None,
+        memory_mib: int | None = None,
+        disk_mib: int | None = None,
+        env: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        ttl_seconds: int | None = None,
+        snapshot: str | None = None,
+    ) -> Sandbox:
+        inner = portal().call(
+            self._async.create_sandbox(
+                template,
+                cpu=cpu,
+                memory_mib=memory_mib,
+                disk_mib=disk_mib,
+                env=env,
+                metadata=metadata,
+                ttl_seconds=ttl_seconds,
+                snapshot=snapshot,
+            )
+        )
+        return Sandbox(inner)
+
+    def connect(self, sandbox_id: str) -> Sandbox:
+        return Sandbox(portal().call(self._async.connect(sandbox_id)))
+
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        return Sandbox(self._async.sandbox(sandbox_id))
+
+
+async def _await(opening: _Opening) -> AsyncSandbox:
+    return await opening
