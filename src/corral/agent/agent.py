@@ -655,10 +655,22 @@ class Agent:
             self.spawn_generation += 1
             self.reaper_wakeup.notify()
         assert popen.stdout is not None and popen.stderr is not None
-        for pipe, kind in ((popen.stdout, b"stdout"), (popen.stderr, b"stderr")):
-            threading.Thread(
-                target=_pump, args=(proc, pipe, kind), name=f"pipe-{proc.pid}", daemon=True
-            ).start()
+        pipes = [(popen.stdout, b"stdout"), (popen.stderr, b"stderr")]
+        while pipes:
+            pipe, kind = pipes[0]
+            try:
+                threading.Thread(
+                    target=_pump, args=(proc, pipe, kind), name=f"pipe-{proc.pid}", daemon=True
+                ).start()
+            except RuntimeError as exc:  # out of threads (pids limit): do not leave it unread
+                proc.kill_group(signal.SIGKILL)
+                for unread, _ in pipes:
+                    unread.close()
+                    proc.pipe_closed()
+                raise ApiError(
+                    503, "internal", f"cannot follow the output of {program!r}: {exc}"
+                ) from None
+            pipes.pop(0)
         if timeout is not None:
             proc.timer = threading.Timer(float(timeout), proc.on_timeout)
             proc.timer.daemon = True
@@ -1136,6 +1148,23 @@ class AgentServer(http.server.ThreadingHTTPServer):
         super().__init__(address, Handler)
 
 
+def _ignore_signal(signum: int, frame: object) -> None:
+    pass
+
+
+def guard_init_signals() -> None:
+    """As PID 1, survive stray signals from inside the sandbox (``kill -INT 1``...).
+
+    Python's own SIGINT handler would raise KeyboardInterrupt in the accept loop and end the
+    sandbox. Handlers rather than SIG_IGN: caught signals return to their defaults in children on
+    exec, ignored ones would be inherited. Stopping a sandbox is the runtime's SIGKILL.
+    """
+    if os.getpid() != 1:
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, _ignore_signal)
+
+
 def become_subreaper() -> None:
     """When not PID 1 (tests, debugging), still adopt orphans so they are reaped here."""
     if os.getpid() == 1:
@@ -1156,6 +1185,7 @@ def main() -> int:
     # exit statuses from the reaper).
     subprocess._active = None  # type: ignore[attr-defined]
     threading.stack_size(512 * 1024)
+    guard_init_signals()
     become_subreaper()
     agent = Agent(dict(os.environ))
     agent.start_reaper()

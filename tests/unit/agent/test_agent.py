@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import hashlib
 import os
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from corral.agent import AGENT_PATH
+from corral.runtime import agent_client
 from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
 from tests.unit.agent.conftest import LocalAgent
 
@@ -455,3 +461,51 @@ async def test_paths_with_dot_dot_are_normalised(agent: LocalAgent, tmp_path: Pa
     assert stat["path"] == f"{tmp_path}/up.txt"
     root = await agent.client.stat("/../../..")
     assert (root["path"], root["name"], root["type"]) == ("/", "/", "dir")
+
+
+# -- packaging and the client's error boundary ---------------------------------------------------
+
+
+def test_agent_imports_only_the_standard_library() -> None:
+    tree = ast.parse(AGENT_PATH.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import in agent.py"
+            imported.add((node.module or "").split(".")[0])
+    assert imported - {"__future__"} <= set(sys.stdlib_module_names)
+    package = ast.parse(AGENT_PATH.with_name("__init__.py").read_text())
+    assert not [
+        n
+        for n in ast.walk(package)
+        if isinstance(n, ast.ImportFrom) and "corral" in (n.module or "")
+    ]
+
+
+def test_agent_client_exports() -> None:
+    assert sorted(agent_client.__all__) == ["AgentClient", "AgentError", "AgentUnavailable"]
+    assert issubclass(AgentUnavailable, AgentError)
+
+
+async def test_agent_dying_mid_stream_raises_agent_unavailable(agent: LocalAgent) -> None:
+    pid = await agent.client.start_process({"shell": "echo up; exec sleep 30"})
+    with pytest.raises(AgentUnavailable, match="unavailable") as info:
+        async for event in agent.client.events(pid, follow=True):
+            if event["type"] == "stdout":
+                os.killpg(pid, signal.SIGKILL)
+                os.kill(agent.pid, signal.SIGKILL)
+    assert isinstance(info.value.__cause__, httpx.TransportError)
+    assert (info.value.code, info.value.status) == ("unavailable", None)
+
+
+async def test_foreign_error_answers_become_agent_errors() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(502, text="<html>bad gateway</html>")
+
+    async with AgentClient("10.0.0.1", transport=httpx.MockTransport(answer)) as client:
+        with pytest.raises(AgentError) as info:
+            await client.stat("/etc")
+    assert (info.value.code, info.value.status) == ("internal", 502)
+    assert "stat '/etc'" in str(info.value)
