@@ -1,0 +1,139 @@
+"""Rendering the OCI runtime spec (``config.json``) of one sandbox container.
+
+Pure functions: a ``SandboxSpec`` plus the container's cgroup path in, a JSON-ready dict out. The
+process is the injected agent (cwd ``/``, root, the Docker default capability set); the root is the
+template's shared rootfs, marked writable because runsc puts its own overlay over it
+(``--overlay2=root:dir=...``) and never writes the template itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .base import SandboxSpec
+
+__all__ = ["CPU_PERIOD_US", "DEFAULT_PATH", "render_config", "write_config"]
+
+CPU_PERIOD_US = 100_000
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_MIB = 1024 * 1024
+
+# Docker's default set: enough for a root user inside the sandbox (setuid, chown, bind ports).
+_CAPABILITIES = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+]
+
+_BASE_MOUNTS: list[dict[str, Any]] = [
+    {"destination": "/proc", "type": "proc", "source": "proc"},
+    {
+        "destination": "/dev",
+        "type": "tmpfs",
+        "source": "tmpfs",
+        "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
+    },
+    {
+        "destination": "/dev/pts",
+        "type": "devpts",
+        "source": "devpts",
+        "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+    },
+    {
+        "destination": "/dev/shm",
+        "type": "tmpfs",
+        "source": "shm",
+        "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+    },
+    {
+        "destination": "/sys",
+        "type": "sysfs",
+        "source": "sysfs",
+        "options": ["nosuid", "noexec", "nodev", "ro"],
+    },
+]
+
+
+def _environment(spec: SandboxSpec) -> list[str]:
+    env = {"PATH": DEFAULT_PATH, "HOME": "/root", "HOSTNAME": spec.hostname}
+    env.update(dict(spec.agent.env))
+    return [f"{k}={v}" for k, v in env.items()]
+
+
+def _resources(spec: SandboxSpec) -> dict[str, Any]:
+    res = spec.resources
+    memory = res.memory_mib * _MIB
+    return {
+        "cpu": {"quota": max(1000, round(res.cpu * CPU_PERIOD_US)), "period": CPU_PERIOD_US},
+        "memory": {"limit": memory, "swap": memory},
+        "pids": {"limit": res.pids},
+    }
+
+
+def render_config(spec: SandboxSpec, *, cgroups_path: str) -> dict[str, Any]:
+    """The OCI ``config.json`` for ``spec``'s container, whose cgroups live at ``cgroups_path``."""
+    network: dict[str, str] = {"type": "network"}
+    if spec.netns_path:
+        network["path"] = spec.netns_path
+    agent_mounts = [
+        {
+            "destination": dest,
+            "type": "bind",
+            "source": source,
+            "options": ["rbind", "ro", "nosuid", "nodev"],
+        }
+        for source, dest in spec.agent.mounts
+    ]
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": list(spec.agent.argv),
+            "env": _environment(spec),
+            "cwd": "/",
+            "capabilities": {
+                kind: list(_CAPABILITIES) for kind in ("bounding", "effective", "permitted")
+            },
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576}],
+        },
+        "root": {"path": str(spec.rootfs), "readonly": False},
+        "hostname": spec.hostname,
+        "mounts": [*_BASE_MOUNTS, *agent_mounts],
+        "annotations": dict(spec.annotations),
+        "linux": {
+            "namespaces": [
+                {"type": "pid"},
+                {"type": "ipc"},
+                {"type": "uts"},
+                {"type": "mount"},
+                network,
+            ],
+            "cgroupsPath": cgroups_path,
+            "resources": _resources(spec),
+        },
+    }
+
+
+def write_config(bundle_dir: Path, config: dict[str, Any]) -> Path:
+    """Write ``config.json`` into ``bundle_dir`` atomically; return its path."""
+    bundle_dir.mkdir(parents=True, exist_ok=True)
+    path = bundle_dir / "config.json"
+    tmp = bundle_dir / "config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=1))
+    os.replace(tmp, path)
+    return path

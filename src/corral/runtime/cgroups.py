@@ -1,0 +1,61 @@
+"""Reading and removing the cgroups runsc makes for a sandbox container.
+
+Every runsc container gets ``cgroupsPath = /<parent>/<container id>`` in its OCI spec; runsc
+creates the cgroup in each controller (v1) or the unified tree (v2) and removes it on
+``delete``. This module only reads OOM counters and removes leftovers that runsc did not
+(a crashed daemon, a failed start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+__all__ = ["SandboxCgroups"]
+
+
+class SandboxCgroups:
+    """The cgroups under ``/<parent>/`` of one cgroup filesystem root (default /sys/fs/cgroup)."""
+
+    def __init__(self, parent: str, root: Path = Path("/sys/fs/cgroup")) -> None:
+        self.parent = parent.strip("/")
+        self.root = root
+        self.unified = (root / "cgroup.controllers").exists()
+
+    def path_for(self, container_id: str) -> str:
+        """The OCI ``cgroupsPath`` for a container."""
+        return f"/{self.parent}/{container_id}"
+
+    def _dirs(self, container_id: str) -> list[Path]:
+        rel = Path(self.parent) / container_id
+        if self.unified:
+            return [self.root / rel]
+        with contextlib.suppress(OSError):
+            return [c / rel for c in self.root.iterdir() if c.is_dir() and not c.is_symlink()]
+        return []
+
+    def oom_kills(self, container_id: str) -> int:
+        """How many processes the kernel OOM killer killed in the container's memory cgroup."""
+        rel = Path(self.parent) / container_id
+        if self.unified:
+            path, key = self.root / rel / "memory.events", "oom_kill"
+        else:
+            path, key = self.root / "memory" / rel / "memory.oom_control", "oom_kill"
+        try:
+            text = path.read_text()
+        except OSError:
+            return 0
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+        return 0
+
+    def remove(self, container_id: str) -> None:
+        """Remove the container's cgroups if they are left (only empty cgroups can go)."""
+        for path in self._dirs(container_id):
+            with contextlib.suppress(FileNotFoundError, OSError):
+                path.rmdir()
+
+    def exists(self, container_id: str) -> bool:
+        return any(p.is_dir() for p in self._dirs(container_id))

@@ -1,0 +1,69 @@
+"""The size-limited writable disk of a sandbox: a sparse ext4 image, loop-mounted on the host.
+
+runsc is given ``--overlay2=root:dir=<mount point>``: the copy-on-write layer over the shared
+read-only template rootfs is backed by a file that runsc creates in that directory, so the layer is
+bounded by the ext4 size (a write past it fails with ENOSPC inside the sandbox) and the template is
+never written. Mounting with ``-o loop`` lets the kernel free the loop device on unmount
+(autoclear), so there is no loop device to track.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from .host_commands import CommandError, run_command
+
+__all__ = ["DiskError", "create_disk", "disk_used_mib", "remove_disk"]
+
+_MIB = 1024 * 1024
+
+
+class DiskError(Exception):
+    """Creating, mounting or unmounting a sandbox disk failed."""
+
+
+async def create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
+    """Make a sparse ext4 image of ``size_mib`` MiB and mount it; undo everything on failure."""
+    if size_mib < 8:
+        raise DiskError(f"disk of {size_mib} MiB is too small (at least 8 MiB)")
+    try:
+        mount_point.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as fh:
+            fh.truncate(size_mib * _MIB)
+        await run_command(
+            ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1", str(image)]
+        )
+        await run_command(["mount", "-o", "loop,noatime", str(image), str(mount_point)])
+    except (OSError, CommandError) as exc:
+        with contextlib.suppress(DiskError):
+            await remove_disk(image, mount_point)
+        raise DiskError(f"creating disk {image}: {exc}") from exc
+
+
+async def remove_disk(image: Path, mount_point: Path) -> None:
+    """Unmount (lazily if busy) and delete the disk. Parts already gone are fine."""
+    if os.path.ismount(mount_point):
+        try:
+            await run_command(["umount", str(mount_point)])
+        except CommandError:
+            try:
+                await run_command(["umount", "--lazy", str(mount_point)])
+            except CommandError as exc:
+                raise DiskError(f"unmounting {mount_point}: {exc}") from exc
+    if os.path.ismount(mount_point):
+        raise DiskError(f"unmounting {mount_point}: still mounted")
+    with contextlib.suppress(FileNotFoundError):
+        mount_point.rmdir()
+    with contextlib.suppress(FileNotFoundError):
+        image.unlink()
+
+
+def disk_used_mib(mount_point: Path) -> int:
+    """MiB of the disk in use (rounded up), or 0 when it is not mounted."""
+    if not os.path.ismount(mount_point):
+        return 0
+    st = os.statvfs(mount_point)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    return -(-used // _MIB)

@@ -1,0 +1,337 @@
+"""The gVisor runtime: sandboxes as runsc containers over a shared read-only template rootfs.
+
+One sandbox = one runsc container at a time (a new one, a new *generation*, after every restore),
+a loop-mounted ext4 disk backing gVisor's root overlay, and cgroups made by runsc from the OCI
+spec. Host layout and the state record: ``layout.py``; spec rendering: ``bundle.py``; the disk:
+``disk.py``; the runsc command line: ``runsc.py``; agent injection: ``inject.py``.
+
+Locking: none inside. The service serializes calls for one sandbox; calls for different sandboxes
+touch disjoint files (runsc locks its own state).
+
+The process running this runtime becomes a child subreaper (see ``reaper.py``): runsc's sandbox
+processes are re-parented to it and reaped by it, which makes ``delete -force`` ~20x faster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec
+from .bundle import render_config, write_config
+from .cgroups import SandboxCgroups
+from .disk import DiskError, create_disk, disk_used_mib, remove_disk
+from .host_commands import CommandError
+from .layout import SandboxPaths, SandboxRecord, is_container_of, valid_sandbox_id
+from .reaper import become_subreaper, reap_adopted_zombies
+from .runsc import NetworkMode, RunscError, RunscOptions, RunscRunner
+
+__all__ = ["GVisorRuntime"]
+
+_STATUS = {
+    "running": RuntimeStatus.RUNNING,
+    "paused": RuntimeStatus.PAUSED,
+    "stopped": RuntimeStatus.STOPPED,
+    "created": RuntimeStatus.STOPPED,
+}
+Undo = Callable[[], Awaitable[None]]
+RunscAction = Callable[[str], Awaitable[None]]
+_MAX_SOCKET_PATH = 107
+_FAILURES = (RunscError, DiskError, CommandError, OSError, ValueError)
+
+
+class GVisorRuntime:
+    """Runs each sandbox as a runsc container. See the module docstring for the layout.
+
+    ``cgroup_parent`` names the cgroup under which every container gets its own
+    (``/<cgroup_parent>/<container id>``). ``subreaper=False`` skips making this process a child
+    subreaper (only for tools that run a single runsc command and exit).
+    """
+
+    name = "gvisor"
+
+    def __init__(
+        self,
+        root_dir: Path,
+        runsc: str = "runsc",
+        platform: str = "systrap",
+        debug: bool = False,
+        *,
+        cgroup_parent: str = "corral",
+        command_timeout: float = 60.0,
+        subreaper: bool = True,
+    ) -> None:
+        self.root_dir = Path(root_dir)
+        self._runsc = RunscRunner(
+            RunscOptions(
+                binary=runsc,
+                root=self.root_dir / ".runsc",
+                platform=platform,
+                debug_log_dir=self.root_dir / ".debug" if debug else None,
+                timeout=command_timeout,
+            )
+        )
+        self._cgroups = SandboxCgroups(cgroup_parent)
+        if subreaper:
+            become_subreaper()
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def paths(self, sandbox_id: str) -> SandboxPaths:
+        """Where the sandbox lives on the host (``console.log`` holds the agent's output)."""
+        if not valid_sandbox_id(sandbox_id):
+            raise RuntimeFailure(f"invalid sandbox id {sandbox_id!r}")
+        # runsc makes a unix socket <root>/runsc-<container id>.sock; sun_path holds 107 bytes.
+        socket_path = f"{self._runsc.options.root}/runsc-{sandbox_id}-0000.sock"
+        if len(socket_path.encode()) > _MAX_SOCKET_PATH:
+            raise RuntimeFailure(
+                f"sandbox id {sandbox_id!r} is too long for root dir {self.root_dir} "
+                f"(runsc socket path {socket_path!r} exceeds {_MAX_SOCKET_PATH} bytes)"
+            )
+        return SandboxPaths(self.root_dir, sandbox_id)
+
+    async def list_ids(self) -> list[str]:
+        try:
+            entries = os.scandir(self.root_dir)
+        except FileNotFoundError:
+            return []
+        with entries:
+            return sorted(
+                e.name
+                for e in entries
+                if e.is_dir(follow_symlinks=False) and valid_sandbox_id(e.name)
+            )
+
+    async def info(self, sandbox_id: str) -> RuntimeInfo:
+        reap_adopted_zombies()
+        record = self.paths(sandbox_id).load()
+        if record is None:
+            return RuntimeInfo(RuntimeStatus.MISSING)
+        if record.checkpointed:
+            return RuntimeInfo(RuntimeStatus.STOPPED, detail="checkpointed")
+        cid = record.current_container
+        oom_killed = self._cgroups.oom_kills(cid) > 0
+        try:
+            state = await self._runsc.state(cid)
+        except RunscError as exc:
+            raise RuntimeFailure(f"inspecting sandbox {sandbox_id}: {exc}") from exc
+        if state is None:
+            return RuntimeInfo(RuntimeStatus.STOPPED, oom_killed, f"runsc has no container {cid}")
+        status = _STATUS.get(str(state.get("status")), RuntimeStatus.STOPPED)
+        detail = "killed: out of memory" if oom_killed else ""
+        return RuntimeInfo(status, oom_killed, detail)
+
+    async def disk_usage_mib(self, sandbox_id: str) -> int:
+        paths = self.paths(sandbox_id)
+        record = paths.load()
+        if record is None:
+            return 0
+        return disk_used_mib(paths.disk_mount(record.generation))
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, spec: SandboxSpec) -> None:
+        paths = self.paths(spec.sandbox_id)
+        if paths.dir.exists():
+            raise RuntimeFailure(f"starting sandbox {spec.sandbox_id}: it already exists")
+        record = SandboxRecord(spec.sandbox_id, generation=1)
+        record.container_ids = [record.current_container]
+        await self._guarded(
+            f"starting sandbox {spec.sandbox_id}",
+            self._boot(spec, paths, record, image_dir=None),
+            undo=lambda: self._destroy(spec.sandbox_id),
+        )
+
+    async def restore(self, spec: SandboxSpec, image_dir: Path) -> None:
+        sandbox_id = spec.sandbox_id
+        paths = self.paths(sandbox_id)
+        verb = f"restoring sandbox {sandbox_id}"
+        if not image_dir.is_dir() or not any(image_dir.iterdir()):
+            raise RuntimeFailure(f"{verb}: no checkpoint image in {image_dir}")
+        previous = paths.load() if paths.dir.exists() else None
+        if previous is None and paths.dir.exists():
+            raise RuntimeFailure(f"{verb}: {paths.dir} exists but has no state record")
+        record = SandboxRecord(sandbox_id, generation=previous.generation + 1 if previous else 1)
+        cid = record.current_container
+        stale = [c for c in (previous.container_ids if previous else []) if c != cid]
+        record.container_ids = [*stale, cid]
+
+        async def undo() -> None:
+            if previous is None:
+                await self._destroy(sandbox_id)
+            else:  # keep the sandbox dir (and its log); drop only this generation
+                await self._drop_generation(paths, cid, record.generation)
+                record.container_ids = [c for c in record.container_ids if c != cid]
+                record.checkpointed = True
+                paths.save(record)
+
+        await self._guarded(verb, self._boot(spec, paths, record, image_dir, stale), undo=undo)
+
+    async def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool) -> None:
+        paths = self.paths(sandbox_id)
+        verb = f"checkpointing sandbox {sandbox_id}"
+        record = paths.load()
+        if record is None or record.checkpointed:
+            state = "missing" if record is None else "checkpointed"
+            raise RuntimeFailure(f"cannot checkpoint sandbox {sandbox_id} in state {state}")
+        cid = record.current_container
+        try:
+            image_dir.mkdir(parents=True, exist_ok=True)
+            await self._runsc.checkpoint(cid, image_dir, leave_running=leave_running)
+            await asyncio.to_thread(_fsync_tree, image_dir)
+        except _FAILURES as exc:
+            raise RuntimeFailure(f"{verb}: {exc}") from exc
+        if leave_running:
+            return
+        # The image holds memory and filesystem: the container and its disk are of no more use.
+        # Delete under the runsc id without waiting for runsc to report it stopped (~1.3 s).
+        record.checkpointed = True
+        paths.save(record)
+        try:
+            await self._drop_generation(paths, cid, record.generation)
+        except _FAILURES as exc:
+            raise RuntimeFailure(f"{verb}: cleaning up after the checkpoint: {exc}") from exc
+        record.container_ids = [c for c in record.container_ids if c != cid]
+        paths.save(record)
+
+    async def pause(self, sandbox_id: str) -> None:
+        await self._on_current(sandbox_id, "pausing", self._runsc.pause)
+
+    async def resume(self, sandbox_id: str) -> None:
+        await self._on_current(sandbox_id, "resuming", self._runsc.resume)
+
+    async def destroy(self, sandbox_id: str) -> None:
+        try:
+            await self._destroy(sandbox_id)
+        except _FAILURES as exc:
+            raise RuntimeFailure(f"destroying sandbox {sandbox_id}: {exc}") from exc
+
+    # -- internals -----------------------------------------------------------------------------
+
+    async def _guarded(self, verb: str, work: Awaitable[None], *, undo: Undo) -> None:
+        """Await ``work``; on any failure (or cancellation) run ``undo`` then raise."""
+        try:
+            await work
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(undo())
+            if isinstance(exc, _FAILURES):
+                raise RuntimeFailure(f"{verb}: {exc}") from exc
+            raise
+
+    async def _boot(
+        self,
+        spec: SandboxSpec,
+        paths: SandboxPaths,
+        record: SandboxRecord,
+        image_dir: Path | None,
+        stale: list[str] | None = None,
+    ) -> None:
+        """Make the generation ``record.generation`` of the sandbox and start it (or restore
+        ``image_dir`` into it). ``stale`` containers of older generations are removed first."""
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        paths.save(record)  # before runsc hears of the container: destroy can always find it
+        cid = record.current_container
+        gen = record.generation
+        cleanup = [self._drop_generation(paths, c, None) for c in stale or []]
+        await asyncio.gather(
+            create_disk(paths.disk_image(gen), paths.disk_mount(gen), spec.resources.disk_mib),
+            *cleanup,
+        )
+        for old_gen in paths.disk_generations():
+            if old_gen != gen:
+                await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
+        record.container_ids = [cid]
+        paths.save(record)
+        config = render_config(spec, cgroups_path=self._cgroups.path_for(cid))
+        write_config(paths.bundle, config)
+        network = NetworkMode(spec.netns_path)
+        overlay = paths.disk_mount(gen)
+        log = paths.console_log
+        if image_dir is None:
+            await self._runsc.run(
+                cid, paths.bundle, network=network, overlay_dir=overlay, log_path=log
+            )
+        else:
+            await self._runsc.restore(
+                cid, paths.bundle, image_dir, network=network, overlay_dir=overlay, log_path=log
+            )
+        state = await self._runsc.state(cid)
+        status = None if state is None else state.get("status")
+        if status != "running":
+            raise RunscError(f"container {cid} is {status or 'gone'} right after booting")
+
+    async def _drop_generation(self, paths: SandboxPaths, cid: str, gen: int | None) -> None:
+        """Delete one runsc container, its cgroups and (if ``gen`` is given) its disk."""
+        await self._runsc.delete_force(cid)
+        self._cgroups.remove(cid)
+        if gen is not None:
+            await remove_disk(paths.disk_image(gen), paths.disk_mount(gen))
+
+    async def _destroy(self, sandbox_id: str) -> None:
+        paths = self.paths(sandbox_id)
+        record = paths.load()
+        ids = set(record.container_ids if record else [])
+        if record is not None:
+            ids.add(record.current_container)
+        prefix = f"{sandbox_id}-"
+        ids.update(
+            c for c in self._runsc.known_container_ids(prefix) if is_container_of(sandbox_id, c)
+        )
+        results = await asyncio.gather(
+            *(self._drop_generation(paths, c, None) for c in sorted(ids)), return_exceptions=True
+        )
+        for gen in paths.disk_generations():
+            await remove_disk(paths.disk_image(gen), paths.disk_mount(gen))
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        if _has_mount_below(paths.dir):
+            raise DiskError(f"something is still mounted below {paths.dir}")
+        shutil.rmtree(paths.dir, ignore_errors=True)
+        reap_adopted_zombies()
+
+    async def _on_current(self, sandbox_id: str, verb: str, action: RunscAction) -> None:
+        record = self.paths(sandbox_id).load()
+        if record is None or record.checkpointed:
+            raise RuntimeFailure(f"{verb} sandbox {sandbox_id}: it is not running")
+        try:
+            await action(record.current_container)
+        except RunscError as exc:
+            raise RuntimeFailure(f"{verb} sandbox {sandbox_id}: {exc}") from exc
+
+
+def _has_mount_below(directory: Path) -> bool:
+    prefix = str(directory.resolve()) + "/"
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            return any(line.split()[4].startswith(prefix) for line in fh)
+    except OSError:
+        return False
+
+
+def _fsync_tree(directory: Path) -> None:
+    """fsync every file and directory below ``directory`` (checkpoint images must be durable)."""
+    for dirpath, _dirnames, filenames in os.walk(directory):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+if TYPE_CHECKING:
+
+    def _conforms(runtime: GVisorRuntime) -> Runtime:  # mypy checks the protocol here
+        return runtime

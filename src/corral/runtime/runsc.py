@@ -1,0 +1,195 @@
+"""A thin async wrapper around the ``runsc`` command line: one method per verb.
+
+It knows runsc's flags and quirks and nothing of sandboxes' host layout. Failures raise
+``RunscError`` with the tail of runsc's stderr; the caller adds the verb-ing context.
+
+Quirks handled here (DESIGN.md):
+- ``run``/``restore -detach`` keep the caller's stdio: the container's stdout/stderr go to a log
+  opened with O_APPEND (a non-append file is written from offset 0, and after a restore at the
+  checkpointed offset), and runsc's own errors land in the same log, so they are read back from it.
+- with a network namespace, runsc refuses to start from the root netns view of /proc/sys/net
+  (gVisor issue 10704): run/restore are wrapped in ``unshare --mount`` with a tmpfs over it.
+- ``delete -force`` waits for the sandbox process to vanish: adopted zombies are reaped meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .host_commands import CommandError, run_command, stderr_tail
+from .reaper import reaping
+
+__all__ = ["NetworkMode", "RunscError", "RunscOptions", "RunscRunner"]
+
+_NETNS_WRAPPER = [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "sh",
+    "-c",
+    'mount -t tmpfs none /proc/sys/net && exec "$0" "$@"',
+]
+_NOT_FOUND_MARKERS = ("does not exist", "no such file or directory", "not found")
+
+
+class RunscError(Exception):
+    """A runsc command failed; the message is the tail of its error output."""
+
+    def __init__(self, message: str, *, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.not_found = not_found
+
+
+@dataclass(frozen=True)
+class RunscOptions:
+    """Global flags shared by every runsc invocation of one runtime."""
+
+    binary: str
+    root: Path
+    platform: str = "systrap"
+    debug_log_dir: Path | None = None
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class NetworkMode:
+    """How a container is networked: ``netns_path`` None means ``--network=none``."""
+
+    netns_path: str | None = None
+
+
+def _is_not_found(message: str) -> bool:
+    low = message.lower()
+    return any(marker in low for marker in _NOT_FOUND_MARKERS)
+
+
+class RunscRunner:
+    """Runs runsc verbs for containers under one ``--root``."""
+
+    def __init__(self, options: RunscOptions) -> None:
+        self.options = options
+
+    def _global(self) -> list[str]:
+        flags = [self.options.binary, "--root", str(self.options.root)]
+        if self.options.debug_log_dir is not None:
+            # %ID% is not substituted in this runsc version: give a directory ending in "/".
+            flags += ["--debug", f"--debug-log={self.options.debug_log_dir}/"]
+        return flags
+
+    def _boot_flags(self, network: NetworkMode, overlay_dir: Path) -> list[str]:
+        flags = [f"--platform={self.options.platform}", f"--overlay2=root:dir={overlay_dir}"]
+        if network.netns_path:
+            flags += ["--network=sandbox", "--net-disconnect-ok"]
+        else:
+            flags += ["--network=none"]
+        return flags
+
+    async def _call(self, args: list[str], *, timeout: float | None = None) -> bytes:
+        argv = self._global() + args
+        try:
+            result = await run_command(argv, timeout=timeout or self.options.timeout)
+        except CommandError as exc:
+            raise RunscError(str(exc), not_found=_is_not_found(str(exc))) from exc
+        return result.stdout
+
+    async def _boot(self, verb_args: list[str], network: NetworkMode, log_path: Path) -> None:
+        """Run a detaching verb (run/restore) with its stdio on the O_APPEND log."""
+        argv = self._global() + verb_args
+        if network.netns_path:
+            argv = _NETNS_WRAPPER + argv
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        try:
+            offset = os.fstat(fd).st_size
+            try:
+                await run_command(argv, stdout=fd, stderr=fd, timeout=self.options.timeout)
+            except CommandError as exc:
+                raise RunscError(_log_tail(log_path, offset) or str(exc)) from exc
+        finally:
+            os.close(fd)
+
+    async def run(
+        self,
+        container_id: str,
+        bundle: Path,
+        *,
+        network: NetworkMode,
+        overlay_dir: Path,
+        log_path: Path,
+    ) -> None:
+        """``runsc run -detach``: returns once the container's init has been started."""
+        args = [*self._boot_flags(network, overlay_dir), "run", "-detach"]
+        await self._boot([*args, "-bundle", str(bundle), container_id], network, log_path)
+
+    async def restore(
+        self,
+        container_id: str,
+        bundle: Path,
+        image_dir: Path,
+        *,
+        network: NetworkMode,
+        overlay_dir: Path,
+        log_path: Path,
+    ) -> None:
+        """``runsc restore -detach``: boot ``container_id`` from a checkpoint image."""
+        args = [*self._boot_flags(network, overlay_dir), "restore", "-detach"]
+        args += ["--image-path", str(image_dir), "-bundle", str(bundle), container_id]
+        await self._boot(args, network, log_path)
+
+    async def state(self, container_id: str) -> dict[str, Any] | None:
+        """runsc's state document for the container, or None when runsc has no such container."""
+        try:
+            out = await self._call(["state", container_id])
+        except RunscError as exc:
+            if exc.not_found:
+                return None
+            raise
+        doc: dict[str, Any] = json.loads(out)
+        return doc
+
+    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool) -> None:
+        args = ["checkpoint", "--image-path", str(image_dir)]
+        if leave_running:
+            args.append("--leave-running")
+        await self._call([*args, container_id], timeout=max(self.options.timeout, 300.0))
+
+    async def pause(self, container_id: str) -> None:
+        await self._call(["pause", container_id])
+
+    async def resume(self, container_id: str) -> None:
+        await self._call(["resume", container_id])
+
+    async def delete_force(self, container_id: str) -> None:
+        """Kill and delete the container; a container runsc does not know is not an error."""
+        async with reaping():
+            try:
+                await self._call(["delete", "-force", container_id])
+            except RunscError as exc:
+                if not exc.not_found:
+                    raise
+
+    def known_container_ids(self, prefix: str) -> list[str]:
+        """Container ids under ``--root`` that start with ``prefix`` (read from runsc's state
+        files, ``<id>_sandbox:<sandbox id>.state``, without running runsc)."""
+        ids: set[str] = set()
+        try:
+            names = os.listdir(self.options.root)
+        except FileNotFoundError:
+            return []
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".state"):
+                ids.add(name.partition("_sandbox:")[0])
+        return sorted(ids)
+
+
+def _log_tail(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return stderr_tail(fh.read())
+    except OSError:
+        return ""

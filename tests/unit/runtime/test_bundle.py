@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from corral.runtime import AgentMount, Resources, SandboxSpec
+from corral.runtime.bundle import render_config, write_config
+
+
+def spec(netns_path: str | None = None) -> SandboxSpec:
+    return SandboxSpec(
+        sandbox_id="sbx00001",
+        rootfs=Path("/templates/base/rootfs"),
+        resources=Resources(cpu=1.5, memory_mib=512, disk_mib=1024, pids=300),
+        agent=AgentMount(
+            mounts=(("/host/agent.py", "/.corral/agent/agent.py"),),
+            argv=("/.corral/ld.so", "/.corral/py/bin/python3", "-I", "-S", "agent.py"),
+            env=(("CORRAL_AGENT_PORT", "49983"),),
+        ),
+        netns_path=netns_path,
+        annotations={"corral.template": "base"},
+    )
+
+
+def test_resources_and_cgroup_path() -> None:
+    config = render_config(spec(), cgroups_path="/corral/sbx00001-0001")
+    linux = config["linux"]
+    assert linux["cgroupsPath"] == "/corral/sbx00001-0001"
+    assert linux["resources"]["cpu"] == {"quota": 150_000, "period": 100_000}
+    assert linux["resources"]["memory"]["limit"] == 512 * 1024 * 1024
+    assert linux["resources"]["pids"] == {"limit": 300}
+
+
+def test_root_is_the_shared_template_marked_writable_for_the_overlay() -> None:
+    config = render_config(spec(), cgroups_path="/x")
+    assert config["root"] == {"path": "/templates/base/rootfs", "readonly": False}
+    assert config["annotations"] == {"corral.template": "base"}
+
+
+def test_process_is_the_agent_without_ld_library_path() -> None:
+    process = render_config(spec(), cgroups_path="/x")["process"]
+    assert process["args"][0] == "/.corral/ld.so"
+    assert process["cwd"] == "/"
+    env = dict(item.split("=", 1) for item in process["env"])
+    assert env["CORRAL_AGENT_PORT"] == "49983"
+    assert "PATH" in env
+    assert "LD_LIBRARY_PATH" not in env
+
+
+def test_agent_mounts_are_read_only_binds() -> None:
+    mounts = render_config(spec(), cgroups_path="/x")["mounts"]
+    agent = [m for m in mounts if m["destination"] == "/.corral/agent/agent.py"]
+    assert agent == [
+        {
+            "destination": "/.corral/agent/agent.py",
+            "type": "bind",
+            "source": "/host/agent.py",
+            "options": ["rbind", "ro", "nosuid", "nodev"],
+        }
+    ]
+
+
+def test_network_namespace_path_only_when_networked() -> None:
+    def network(config: dict) -> dict:  # type: ignore[type-arg]
+        return next(n for n in config["linux"]["namespaces"] if n["type"] == "network")
+
+    assert network(render_config(spec(), cgroups_path="/x")) == {"type": "network"}
+    networked = render_config(spec("/run/netns/sbx-1"), cgroups_path="/x")
+    assert network(networked) == {"type": "network", "path": "/run/netns/sbx-1"}
+
+
+def test_write_config_is_atomic_and_readable(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "bundle", {"ociVersion": "1.0.2"})
+    assert path.read_text().startswith("{")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["config.json"]
