@@ -1059,21 +1059,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _send_file(self, path: str, raw: bytes) -> None:
         try:
-            f = open(raw, "rb")  # noqa: SIM115 - closed below, after streaming
+            # O_NONBLOCK: opening a FIFO must not hang this thread waiting for a writer.
+            fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise os_error(exc, f"reading {path!r}") from None
-        with f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise bad_request(f"reading {path!r}: not a regular file")
-            size = st.st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise ApiError(400, "is_a_directory", f"reading {path!r}: Is a directory")
+            raise bad_request(f"reading {path!r}: not a regular file")
+        os.set_blocking(fd, True)
+        with open(fd, "rb") as f:
+            small = b""
+            if st.st_size == 0:  # /proc and /sys files report 0 but have content: read it whole
+                try:
+                    small = f.read(MAX_JSON_BODY + 1)
+                except OSError as exc:
+                    raise os_error(exc, f"reading {path!r}") from None
+                if len(small) > MAX_JSON_BODY:
+                    raise bad_request(f"reading {path!r}: reports size 0 but keeps growing")
+            size = st.st_size or len(small)
             head = self._head(
                 200,
                 [("Content-Type", "application/octet-stream"), ("Content-Length", str(size))],
             )
+            if small or not size:
+                self.wfile.write(head + small)
+                return
             self.wfile.write(head)
             try:
-                sent = self.connection.sendfile(f, 0, size) if size else 0
+                sent = self.connection.sendfile(f, 0, size)
             except OSError:
                 self.close_connection = True
                 return

@@ -335,6 +335,18 @@ async def test_file_round_trip_text_and_binary(agent: LocalAgent, tmp_path: Path
     assert [c async for c in agent.client.read_file(str(tmp_path / "empty"))] == [b""]
 
 
+async def test_pseudo_files_are_read_whole_and_fifos_refused(
+    agent: LocalAgent, tmp_path: Path
+) -> None:
+    version = b"".join([c async for c in agent.client.read_file("/proc/version")])
+    assert version == Path("/proc/version").read_bytes() != b""
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(AgentError) as info:
+        await agent.client.read_file(str(tmp_path / "fifo")).__anext__()
+    assert (info.value.code, info.value.status) == ("bad_request", 400)
+    assert "not a regular file" in str(info.value)
+
+
 async def test_200_mb_file_streams_both_ways(agent: LocalAgent, tmp_path: Path) -> None:
     sent = hashlib.sha256()
 
