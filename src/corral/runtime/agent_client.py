@@ -5,6 +5,9 @@ One ``AgentClient`` per sandbox holds one keep-alive ``httpx.AsyncClient`` to
 content) are passed through without being held in memory: process events are yielded as decoded
 dicts whose ``data`` stays base64 text, file content as byte chunks.
 
+The streaming methods return async generators: ``aclose()`` them when stopping early, so their
+connection goes back to the pool at once.
+
 Exceptions (httpx errors never leave this module; they are translated with ``raise ... from``)::
 
     AgentError                the agent answered an error: .code is the protocol's code
@@ -21,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable
 from typing import Any
 from urllib.parse import quote_from_bytes
 
@@ -148,7 +151,7 @@ class AgentClient:
 
     async def _events(
         self, method: str, url: str, doing: str, **kwargs: Any
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         try:
             async with self._http.stream(method, url, timeout=_FOLLOW_TIMEOUT, **kwargs) as resp:
                 if resp.status_code >= 400:
@@ -211,7 +214,7 @@ class AgentClient:
         pid: int = response.json()["pid"]
         return pid
 
-    def stream_process(self, spec: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    def stream_process(self, spec: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         """Start a process and yield its events from ``start`` to ``exit``.
 
         An ``exec_failed`` (or any agent error) is raised by the first iteration, before any event.
@@ -221,7 +224,7 @@ class AgentClient:
 
     def events(
         self, pid: int, after: int = -1, follow: bool = True
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Yield the events of ``pid`` with seq > ``after``; with ``follow`` until ``exit``."""
         url = f"/processes/{pid}/events?{_query(after=after, follow=follow)}"
         return self._events("GET", url, f"reading events of process {pid}")
@@ -263,7 +266,7 @@ class AgentClient:
 
     # -- files -------------------------------------------------------------------------------
 
-    async def read_file(self, path: str) -> AsyncIterator[bytes]:
+    async def read_file(self, path: str) -> AsyncGenerator[bytes, None]:
         """Yield the content of ``path`` in chunks of up to 1 MiB.
 
         Always yields at least one chunk (``b""`` for an empty file), so ``await anext(it)``
