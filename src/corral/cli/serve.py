@@ -5,6 +5,7 @@ Both import their server lazily, so the other verbs never load the daemon or the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -18,13 +19,28 @@ DEFAULT_LISTEN = "127.0.0.1:7070"
 
 
 def serve(
-    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="Where state is kept."),
-    listen: str = typer.Option(DEFAULT_LISTEN, "--listen", help="HOST:PORT to listen on."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help=f"Where state is kept (default {DEFAULT_DATA_DIR})."
+    ),
+    listen: str | None = typer.Option(
+        None, "--listen", help=f"HOST:PORT to listen on (default {DEFAULT_LISTEN})."
+    ),
 ) -> None:
     """Run the corral daemon in the foreground."""
-    from corral.service.daemon import serve as run_daemon
+    # Unset options stay None so the daemon's settings (and their environment) decide.
+    _daemon_entry_point()(data_dir=data_dir, listen=listen)
 
-    run_daemon(data_dir=data_dir, listen=listen)
+
+def _daemon_entry_point() -> Callable[..., None]:
+    """The daemon's `serve(data_dir=, listen=)`: `corral.service.daemon` where the design puts
+    it, else `corral.api.server` where it lives today."""
+    try:
+        from corral.service.daemon import serve as run_daemon
+    except ModuleNotFoundError as exc:
+        if exc.name != "corral.service.daemon":
+            raise
+        from corral.api.server import serve as run_daemon
+    return run_daemon
 
 
 def mcp(
