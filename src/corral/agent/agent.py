@@ -48,6 +48,7 @@ import secrets
 import shutil
 import signal
 import socket
+import socketserver
 import stat
 import subprocess
 import sys
@@ -1162,6 +1163,14 @@ class AgentServer(http.server.ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], agent: Agent) -> None:
         self.agent = agent
         super().__init__(address, Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn(), a DNS lookup that a sandbox without a
+        # resolver waits out for ~10 s before it can answer anything. The name is never used.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
 
 
 def _ignore_signal(signum: int, frame: object) -> None:
