@@ -1,0 +1,179 @@
+"""All nftables handling of the network slots: render a ruleset, commit it atomically.
+
+Two rulesets exist, each one ``inet`` table named after the network's prefix:
+
+- the slot ruleset, inside every slot namespace: DNAT of everything the host sends to the slot's
+  host address onto the sandbox's inner address, SNAT of that traffic to the inner gateway (so a
+  sandbox sees the same peer in every slot), and a forward policy that lets the host open
+  connections to the sandbox and drops every connection the sandbox opens;
+- the host ruleset, in the daemon's own namespace: defence in depth for the same policy. It drops
+  connections that arrive from (or would be forwarded into) the network's host-side veths and
+  changes nothing for any other interface.
+
+A ruleset is committed as one libnftables transaction that first removes the table and then
+redefines it: it applies completely or not at all, and committing it twice is harmless. The
+functions act on the network namespace of the calling thread; the caller enters the right one.
+
+Syntax note (nft 1.0.6, DESIGN.md): chains are written multi-line and ``fwd``/``egress`` are
+reserved words, so no chain is named after them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import threading
+from dataclasses import dataclass
+
+import nftables
+
+from corral.network.base import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure
+
+__all__ = [
+    "FirewallError",
+    "HostRules",
+    "SlotRules",
+    "commit",
+    "delete_table",
+    "has_table",
+]
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}\*?$")
+
+
+class FirewallError(NetworkFailure):
+    """libnftables refused a ruleset or command; the message carries nft's own error text."""
+
+
+@dataclass(frozen=True)
+class SlotRules:
+    """The ruleset of one slot namespace.
+
+    ``uplink`` is the slot side of the veth to the host, ``downlink`` the slot side of the veth to
+    the sandbox, ``host_address`` the slot's address on the uplink (what the host connects to).
+    """
+
+    table: str
+    uplink: str
+    downlink: str
+    host_address: str
+
+    def render(self) -> str:
+        _check_name(self.table)
+        _check_ifname(self.uplink)
+        _check_ifname(self.downlink)
+        ipaddress.IPv4Address(self.host_address)  # raises ValueError on anything else
+        from_host = f'iifname "{self.uplink}" oifname "{self.downlink}" ip daddr {INNER_ADDRESS}'
+        return _replace_table(
+            self.table,
+            f"""\
+    chain prerouting {{
+        type nat hook prerouting priority dstnat; policy accept;
+        iifname "{self.uplink}" ip daddr {self.host_address} dnat ip to {INNER_ADDRESS}
+    }}
+    chain postrouting {{
+        type nat hook postrouting priority srcnat; policy accept;
+        oifname "{self.downlink}" ip daddr {INNER_ADDRESS} snat ip to {INNER_GATEWAY}
+    }}
+    chain forward {{
+        type filter hook forward priority filter; policy drop;
+        ct state established,related accept
+        ct state invalid drop
+        {from_host} ct status dnat accept
+    }}
+    chain input {{
+        type filter hook input priority filter; policy drop;
+        iifname "lo" accept
+        ct state established,related accept
+    }}
+""",
+        )
+
+
+@dataclass(frozen=True)
+class HostRules:
+    """The ruleset of the daemon's own namespace; ``veth_pattern`` matches the host-side veths
+    (an nft interface wildcard such as ``"corral-*"``)."""
+
+    table: str
+    veth_pattern: str
+
+    def render(self) -> str:
+        _check_name(self.table)
+        _check_ifname(self.veth_pattern)
+        return _replace_table(
+            self.table,
+            f"""\
+    chain input {{
+        type filter hook input priority filter; policy accept;
+        iifname "{self.veth_pattern}" ct state established,related accept
+        iifname "{self.veth_pattern}" drop
+    }}
+    chain forward {{
+        type filter hook forward priority filter; policy accept;
+        iifname "{self.veth_pattern}" drop
+        oifname "{self.veth_pattern}" drop
+    }}
+""",
+        )
+
+
+def commit(ruleset: str, what: str) -> None:
+    """Apply ``ruleset`` in one transaction in the calling thread's namespace."""
+    _run(ruleset, f"committing nftables ruleset for {what}")
+
+
+def has_table(table: str) -> bool:
+    """Whether the ``inet`` table exists in the calling thread's namespace."""
+    _check_name(table)
+    rc, _, _ = _nft().cmd(f"list table inet {table}")
+    return rc == 0
+
+
+def delete_table(table: str, what: str) -> bool:
+    """Remove the ``inet`` table if present (atomically); return whether it existed."""
+    _check_name(table)
+    if not has_table(table):
+        return False
+    _run(f"delete table inet {table}\n", f"deleting nftables table of {what}")
+    return True
+
+
+def _replace_table(table: str, body: str) -> str:
+    # "add" makes the "delete" valid when the table is new; the three run as one transaction.
+    return f"add table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n{body}}}\n"
+
+
+def _run(commands: str, context: str) -> None:
+    holder = [_nft()]
+    rc, _, error = holder[0].cmd(commands)
+    _free_in_background(holder)
+    if rc != 0:
+        raise FirewallError(f"{context}: {error.strip() or f'nft exited with {rc}'}")
+
+
+def _free_in_background(holder: list[nftables.Nftables]) -> None:
+    # Freeing a context that committed closes its netlink socket, and that close waits for the
+    # kernel's deferred transaction cleanup (an RCU grace period: 5-12 ms measured here). The
+    # rules are in force already, so a short-lived thread takes the only reference and frees it.
+    threading.Thread(target=holder.clear, name="corral-nft-free", daemon=True).start()
+
+
+def _nft() -> nftables.Nftables:
+    # A context per call: libnftables binds its netlink socket to the namespace it was made in,
+    # and callers switch namespaces between calls.
+    try:
+        return nftables.Nftables()
+    except OSError as exc:
+        raise FirewallError(f"loading libnftables: {exc}") from exc
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise ValueError(f"invalid nftables table name {name!r}")
+
+
+def _check_ifname(name: str) -> None:
+    if not _IFNAME.match(name):
+        raise ValueError(f"invalid interface name {name!r}")

@@ -1,0 +1,432 @@
+"""Network slots on the real kernel: namespaces, veth pairs, addresses, routes and nftables.
+
+Slot N of a network with prefix P and subnet S owns the N-th /30 of S (``A.1``, ``A.2``)::
+
+    daemon ns                  ns P-slot-N                           ns P-sbx-N
+    {tag}-Nh  A.1/30 <-veth-> to-host  A.2/30
+                              to-sbx   169.254.0.22/30 <-veth->  eth0 169.254.0.21/30
+                              nftables (firewall.SlotRules)      default via 169.254.0.22
+
+The host reaches the sandbox at ``A.2`` (``Slot.host_address``); the slot namespace rewrites it to
+the inner address, which is the same in every slot. Everything the network owns carries the
+prefix: the namespace names, the host-side veth names (through a short ``tag``, as interface
+names have at most 15 characters) and the ``inet`` table in the daemon's namespace
+(``firewall.HostRules``). So tests and a running daemon never touch each other's slots.
+
+Threads and namespaces: all netlink and nftables work runs outside the event loop (in
+``asyncio.to_thread``). Work that must happen inside a slot or sandbox namespace runs in a fresh
+thread that enters the namespace with ``setns`` and then ends, so no thread that outlives an
+operation is ever in another namespace. New namespaces are made the same way (``unshare`` in a
+fresh thread, then bind-mounted under ``/run/netns`` like ``ip netns add`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from hashlib import blake2s
+
+from pyroute2.netlink.exceptions import NetlinkError
+
+from corral.network import firewall
+from corral.network.base import (
+    INNER_ADDRESS,
+    INNER_GATEWAY,
+    INNER_PREFIX,
+    NetworkFailure,
+    NoFreeSlot,
+    Slot,
+)
+from corral.network.namespaces import (
+    NETNS_DIR,
+    add_veth,
+    delete_links,
+    describe,
+    ensure_address,
+    list_netns,
+    netns_path,
+    open_ipr,
+    remove_netns,
+    run_in_netns,
+    run_in_new_netns,
+    set_up,
+    step,
+    write_sysctl,
+)
+
+__all__ = ["SlotLayout", "SlotNetwork", "SlotPlan"]
+
+log = logging.getLogger(__name__)
+
+UPLINK = "to-host"  # in the slot ns: the end of the veth whose other end is the host veth
+DOWNLINK = "to-sbx"  # in the slot ns: the end of the veth whose other end is the sandbox's eth0
+SANDBOX_IF = "eth0"
+SLOT_PREFIXLEN = 30
+_IFNAMSIZ = 15
+_PREFIX = re.compile(r"^[a-z][a-z0-9]{0,31}$")
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Names and addresses of one slot (pure data)."""
+
+    index: int
+    slot_ns: str
+    sandbox_ns: str
+    host_veth: str
+    host_side_address: str  # on host_veth, in the daemon's namespace
+    slot_address: str  # on the uplink in the slot ns; what the host connects to
+
+    @property
+    def sandbox_ns_path(self) -> str:
+        return f"{NETNS_DIR}/{self.sandbox_ns}"
+
+    @property
+    def slot_ns_path(self) -> str:
+        return f"{NETNS_DIR}/{self.slot_ns}"
+
+
+class SlotPlan:
+    """How a prefix and a subnet map slot indices to names and addresses, and back.
+
+    The host veth of slot N is ``{tag}-{N}h``. ``tag`` is the prefix itself when it is short
+    enough, else its first two characters plus hex digits of its hash; prefixes are lowercase
+    alphanumeric, so ``{tag}-`` never starts the veth name of another prefix.
+    """
+
+    def __init__(self, prefix: str, subnet: str) -> None:
+        if not _PREFIX.match(prefix):
+            raise ValueError(f"network prefix {prefix!r} must match {_PREFIX.pattern}")
+        network = ipaddress.ip_network(subnet)
+        if not isinstance(network, ipaddress.IPv4Network) or network.prefixlen > SLOT_PREFIXLEN:
+            raise ValueError(f"slot subnet {subnet!r} must be IPv4 and at least a /30")
+        self.prefix = prefix
+        self.subnet = network
+        self.capacity = network.num_addresses // 4
+        width = len(str(self.capacity - 1))
+        room = _IFNAMSIZ - len("-") - width - len("h")
+        if room < 4:
+            raise ValueError(f"slot subnet {subnet!r} has too many slots for interface names")
+        if len(prefix) <= room:
+            self.tag = prefix
+        else:
+            self.tag = prefix[:2] + blake2s(prefix.encode()).hexdigest()[: room - 2]
+        self._netns_re = re.compile(rf"^{prefix}-(?:slot|sbx)-(\d+)$")
+        self._veth_re = re.compile(rf"^{self.tag}-(\d+)h$")
+
+    @property
+    def table(self) -> str:
+        return self.prefix
+
+    @property
+    def veth_pattern(self) -> str:
+        return f"{self.tag}-*"
+
+    def layout(self, index: int) -> SlotLayout:
+        if not 0 <= index < self.capacity:
+            raise NetworkFailure(f"slot {index} is outside 0..{self.capacity - 1}")
+        base = self.subnet.network_address + 4 * index
+        return SlotLayout(
+            index=index,
+            slot_ns=f"{self.prefix}-slot-{index}",
+            sandbox_ns=f"{self.prefix}-sbx-{index}",
+            host_veth=f"{self.tag}-{index}h",
+            host_side_address=str(base + 1),
+            slot_address=str(base + 2),
+        )
+
+    def index_of_netns(self, name: str) -> int | None:
+        return _match_index(self._netns_re, name)
+
+    def index_of_veth(self, name: str) -> int | None:
+        return _match_index(self._veth_re, name)
+
+
+class SlotNetwork:
+    """The real ``Network``: one slot per lease, built on lease and torn down on release.
+
+    Invariants: an index is in at most one of ``_leased`` (handed out) and ``_busy`` (being
+    built, torn down or reaped); both are only changed under ``_lock``, and the blocking kernel
+    work runs outside it, so slots are built and torn down concurrently. ``lease()`` without an
+    index never picks an index whose namespaces exist: they may belong to a running sandbox of a
+    previous daemon that is yet to be adopted with ``lease(index)``. ``_known`` holds the indices
+    this instance built or adopted; ``close()`` retries the teardown of those that are not leased.
+    One prefix belongs to one ``SlotNetwork`` at a time (tests use their own prefixes).
+    """
+
+    def __init__(self, prefix: str = "corral", subnet: str = "10.200.0.0/16") -> None:
+        self._plan = SlotPlan(prefix, subnet)
+        self._lock = asyncio.Lock()
+        self._leased: dict[int, Slot] = {}
+        self._busy: set[int] = set()
+        self._known: set[int] = set()
+        self._host_rules_ready = False
+        self._closed = False
+
+    @property
+    def plan(self) -> SlotPlan:
+        return self._plan
+
+    @property
+    def leased(self) -> list[Slot]:
+        """The slots this instance has leased, by index."""
+        return [self._leased[index] for index in sorted(self._leased)]
+
+    async def lease(self, index: int | None = None) -> Slot:
+        async with self._lock:
+            self._check_open()
+            if index is None:
+                index = self._pick_free_index()
+                adopt = False
+            else:
+                self._plan.layout(index)  # range check
+                if index in self._leased or index in self._busy:
+                    raise NetworkFailure(f"slot {index} is already leased")
+                adopt = self._exists(index)
+            if not self._host_rules_ready:
+                await asyncio.to_thread(self._commit_host_rules)
+                self._host_rules_ready = True
+            self._busy.add(index)
+        layout = self._plan.layout(index)
+        try:
+            await asyncio.to_thread(self._build, layout, adopt)
+        finally:
+            async with self._lock:
+                self._busy.discard(index)
+        slot = Slot(
+            index=index,
+            netns_name=layout.sandbox_ns,
+            netns_path=layout.sandbox_ns_path,
+            host_address=layout.slot_address,
+        )
+        async with self._lock:
+            self._leased[index] = slot
+            self._known.add(index)
+        return slot
+
+    async def prepare(self, slot: Slot) -> None:
+        async with self._lock:
+            self._check_leased(slot)
+        layout = self._plan.layout(slot.index)
+        try:
+            await asyncio.to_thread(run_in_netns, layout.sandbox_ns, _configure_inner)
+        except NetworkFailure as exc:
+            raise NetworkFailure(f"preparing slot {slot.index}: {exc}") from exc
+        except (NetlinkError, OSError) as exc:
+            raise NetworkFailure(f"preparing slot {slot.index}: {describe(exc)}") from exc
+
+    async def release(self, slot: Slot) -> None:
+        async with self._lock:
+            self._check_leased(slot)
+            del self._leased[slot.index]
+            self._busy.add(slot.index)
+        try:
+            await asyncio.to_thread(_teardown, self._plan.layout(slot.index))
+            self._known.discard(slot.index)
+        finally:
+            async with self._lock:
+                self._busy.discard(slot.index)
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            leftovers = sorted(self._known - set(self._leased) - self._busy)
+            self._busy.update(leftovers)
+        failures: list[str] = []
+        for index in leftovers:
+            try:
+                await asyncio.to_thread(_teardown, self._plan.layout(index))
+            except NetworkFailure as exc:
+                failures.append(str(exc))
+        try:
+            await asyncio.to_thread(self._delete_host_rules)
+        except NetworkFailure as exc:
+            failures.append(str(exc))
+        if failures:
+            raise NetworkFailure("; ".join(failures))
+
+    async def reap_stale(self, keep: set[int]) -> list[int]:
+        """Tear down every slot of this prefix found on the host that is neither in ``keep`` nor
+        leased here (leftovers of a crash). Returns the reaped indices."""
+        async with self._lock:
+            self._check_open()
+            found = await asyncio.to_thread(self._indices_on_host)
+            stale = sorted(found - set(keep) - set(self._leased) - self._busy)
+            self._busy.update(stale)
+        try:
+            for index in stale:
+                await asyncio.to_thread(_teardown, self._plan.layout(index))
+                self._known.discard(index)
+        finally:
+            async with self._lock:
+                self._busy.difference_update(stale)
+        return stale
+
+    # -- bookkeeping (under _lock) -------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NetworkFailure(f"network {self._plan.prefix!r} is closed")
+
+    def _check_leased(self, slot: Slot) -> None:
+        if self._leased.get(slot.index) != slot:
+            raise NetworkFailure(f"slot {slot.index} is not leased")
+
+    def _pick_free_index(self) -> int:
+        on_host = self._netns_indices()
+        for index in range(self._plan.capacity):
+            if index not in self._leased and index not in self._busy and index not in on_host:
+                return index
+        raise NoFreeSlot(f"all {self._plan.capacity} slots of {self._plan.prefix!r} are in use")
+
+    def _exists(self, index: int) -> bool:
+        return index in self._netns_indices()
+
+    def _netns_indices(self) -> set[int]:
+        # Listing a tmpfs directory is quick enough to do on the event loop.
+        return _indices(self._plan.index_of_netns, list_netns())
+
+    # -- blocking work (in worker threads) -----------------------------------------------------
+
+    def _indices_on_host(self) -> set[int]:
+        with open_ipr("listing host links") as ipr:
+            links = [link.get("ifname") for link in ipr.link("dump")]
+        return self._netns_indices() | _indices(self._plan.index_of_veth, links)
+
+    def _commit_host_rules(self) -> None:
+        rules = firewall.HostRules(table=self._plan.table, veth_pattern=self._plan.veth_pattern)
+        firewall.commit(rules.render(), f"network {self._plan.prefix!r}")
+
+    def _delete_host_rules(self) -> None:
+        firewall.delete_table(self._plan.table, f"network {self._plan.prefix!r}")
+
+    def _build(self, layout: SlotLayout, adopt: bool) -> None:
+        """Create whatever of the slot is missing; adoption leaves existing pieces untouched."""
+        verb = "adopting" if adopt else "setting up"
+        try:
+            _ensure_slot(layout, self._plan.table, adopt)
+        except Exception as exc:
+            if not adopt:
+                try:
+                    _teardown(layout)
+                except NetworkFailure as cleanup:
+                    log.warning("cleaning up after failed set-up: %s", cleanup)
+            if isinstance(exc, NetworkFailure):
+                raise NetworkFailure(f"{verb} slot {layout.index}: {exc}") from exc
+            raise NetworkFailure(f"{verb} slot {layout.index}: {describe(exc)}") from exc
+
+
+# -- slot construction and teardown (blocking; run in a worker thread of the daemon's namespace) --
+
+
+def _ensure_slot(layout: SlotLayout, table: str, adopt: bool) -> None:
+    existing = list_netns()
+    with open_ipr("configuring the host side") as host:
+        if layout.slot_ns not in existing:
+            # Without its slot ns, a veth named like ours is a crash leftover that would block
+            # the new one.
+            delete_links(host, [layout.host_veth])
+        if layout.sandbox_ns not in existing:
+            run_in_new_netns(layout.sandbox_ns, lambda: None)
+        daemon_ns = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        try:
+            sandbox_ns = os.open(netns_path(layout.sandbox_ns), os.O_RDONLY)
+            try:
+                wire = partial(_wire_slot_ns, layout, table, daemon_ns, sandbox_ns)
+                if layout.slot_ns in existing:
+                    made_eth0 = run_in_netns(layout.slot_ns, wire)
+                else:
+                    made_eth0 = run_in_new_netns(layout.slot_ns, wire)
+            finally:
+                os.close(sandbox_ns)
+        finally:
+            os.close(daemon_ns)
+        # Nothing uses IPv6 on the link; without it the veth skips link-local set-up and chatter.
+        with contextlib.suppress(FileNotFoundError):
+            write_sysctl(f"net/ipv6/conf/{layout.host_veth}/disable_ipv6", "1")
+        set_up(host, layout.host_veth)
+        ensure_address(host, layout.host_veth, layout.host_side_address, SLOT_PREFIXLEN)
+    if made_eth0 or not adopt:
+        # A sandbox that already runs owns its eth0 (gVisor strips it): adoption must not touch
+        # it; ``prepare`` gives it its address before the next start or restore.
+        run_in_netns(layout.sandbox_ns, _configure_inner)
+
+
+def _wire_slot_ns(layout: SlotLayout, table: str, daemon_ns: int, sandbox_ns: int) -> bool:
+    """In the slot ns: firewall, forwarding, both veth pairs and their addresses. Returns
+    whether the sandbox's eth0 was created (the sandbox ns then needs configuring too)."""
+    # The firewall goes first: no packet crosses the slot before its policy is in place.
+    if not firewall.has_table(table):
+        rules = firewall.SlotRules(
+            table=table, uplink=UPLINK, downlink=DOWNLINK, host_address=layout.slot_address
+        )
+        firewall.commit(rules.render(), f"slot {layout.index}")
+    write_sysctl("net/ipv4/ip_forward", "1")
+    made_eth0 = False
+    with open_ipr("configuring the slot namespace") as ipr:
+        set_up(ipr, "lo")
+        if not ipr.link_lookup(ifname=UPLINK):
+            add_veth(ipr, UPLINK, layout.host_veth, daemon_ns)
+        if not ipr.link_lookup(ifname=DOWNLINK):
+            add_veth(ipr, DOWNLINK, SANDBOX_IF, sandbox_ns)
+            made_eth0 = True
+        set_up(ipr, UPLINK)
+        ensure_address(ipr, UPLINK, layout.slot_address, SLOT_PREFIXLEN)
+        set_up(ipr, DOWNLINK)
+        ensure_address(ipr, DOWNLINK, INNER_GATEWAY, INNER_PREFIX)
+    return made_eth0
+
+
+def _configure_inner() -> None:
+    """In the sandbox ns: eth0 up with the inner address and the default route."""
+    with open_ipr("configuring the sandbox namespace") as ipr:
+        set_up(ipr, "lo")
+        set_up(ipr, SANDBOX_IF)
+        index = ensure_address(ipr, SANDBOX_IF, INNER_ADDRESS, INNER_PREFIX)
+        step(
+            "adding the default route",
+            lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=INNER_GATEWAY, oif=index),
+        )
+
+
+def _teardown(layout: SlotLayout) -> None:
+    """Remove the slot whatever state it is in.
+
+    Only the host veth is deleted explicitly: namespace deletion is asynchronous, and a host veth
+    that outlived it would block the next slot with its name. The other veth pair lives only in
+    the slot's own namespaces and goes with them (deleting a veth costs ~15 ms of RCU wait).
+    """
+    failures: list[str] = []
+    try:
+        with open_ipr("deleting the host veth") as host:
+            delete_links(host, [layout.host_veth])
+    except NetworkFailure as exc:
+        failures.append(str(exc))
+    for name in (layout.slot_ns, layout.sandbox_ns):
+        try:
+            remove_netns(name)
+        except OSError as exc:
+            failures.append(f"deleting namespace {name}: {describe(exc)}")
+    if failures:
+        raise NetworkFailure(f"tearing down slot {layout.index}: " + "; ".join(failures))
+
+
+# -- small helpers -------------------------------------------------------------------------------
+
+
+def _match_index(pattern: re.Pattern[str], name: str) -> int | None:
+    match = pattern.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _indices(index_of: Callable[[str], int | None], names: Iterable[str]) -> set[int]:
+    return {index for name in names if (index := index_of(name)) is not None}
