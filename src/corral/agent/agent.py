@@ -11,7 +11,9 @@ Threads:
 - reaper: the only caller of ``waitpid`` in this process. As PID 1 (or a child subreaper when run
   elsewhere) every orphan in the sandbox becomes our child, so it waits for ``-1`` and matches the
   pid against the process table; unknown pids are orphans and are simply reaped;
-- per started process: one reader thread per output pipe, and a timer thread if it has a timeout.
+- pipe readers: one per open output pipe, taken from a pool of reused threads (a thread start
+  costs milliseconds inside gVisor and sat on the critical path of every exec);
+- deadlines: one thread that kills the process groups whose timeout ran out.
 
 Locking: ``Agent.lock`` guards the process table and is held across ``Popen`` so the reaper, which
 looks a reaped pid up under the same lock, matches a child that exits before it was registered.
@@ -37,6 +39,7 @@ import bisect
 import collections
 import contextlib
 import errno
+import heapq
 import http
 import http.server
 import itertools
@@ -44,6 +47,7 @@ import json
 import os
 import posixpath
 import pwd
+import queue
 import secrets
 import shutil
 import signal
@@ -55,6 +59,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from array import array
 from typing import Any, BinaryIO
 from urllib.parse import parse_qsl, urlsplit
@@ -294,7 +299,6 @@ class Process:
         self.signal: int | None = None
         self.timed_out = False
         self.exit_seq: int | None = None
-        self.timer: threading.Timer | None = None
 
     # -- producers ---------------------------------------------------------------------------
 
@@ -354,8 +358,6 @@ class Process:
         if self.exit_seq is None and self.reaped and self.open_pipes == 0:
             self.exit_seq = self.next_seq
             self.next_seq += 1
-            if self.timer is not None:
-                self.timer.cancel()  # until now it still guards the group that holds our pipes
             self.cond.notify_all()
 
     def _close_stdin_if_idle(self) -> None:
@@ -553,9 +555,14 @@ class Agent:
         self.spawn_generation = 0
         self.processes: dict[int, Process] = {}
         self.default_env = clean_env(env)
+        self.pumps = PumpPool()
+        self.deadlines = Deadlines()
 
-    def start_reaper(self) -> None:
+    def start(self) -> None:
+        """Start the reaper, the deadline thread and a few idle pipe readers."""
         threading.Thread(target=self._reap_forever, name="reaper", daemon=True).start()
+        self.deadlines.start()
+        self.pumps.start(4)
 
     def _reap_forever(self) -> None:
         while True:
@@ -660,9 +667,7 @@ class Agent:
         while pipes:
             pipe, kind = pipes[0]
             try:
-                threading.Thread(
-                    target=_pump, args=(proc, pipe, kind), name=f"pipe-{proc.pid}", daemon=True
-                ).start()
+                self.pumps.submit(proc, pipe, kind)
             except RuntimeError as exc:  # out of threads (pids limit): do not leave it unread
                 proc.kill_group(signal.SIGKILL)
                 for unread, _ in pipes:
@@ -673,11 +678,7 @@ class Agent:
                 ) from None
             pipes.pop(0)
         if timeout is not None:
-            proc.timer = threading.Timer(float(timeout), proc.on_timeout)
-            proc.timer.daemon = True
-            proc.timer.start()
-            if not proc.running:  # raced with a quick exit: it finished before the timer existed
-                proc.timer.cancel()
+            self.deadlines.add(float(timeout), proc)
         return proc, fid
 
     @staticmethod
@@ -703,6 +704,80 @@ class Agent:
         env["USER"] = env["LOGNAME"] = entry.pw_name
         groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
         return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": groups}
+
+
+class PumpPool:
+    """Threads that read child pipes into event logs, kept for reuse.
+
+    ``idle`` (under ``lock``) counts workers that wait for a job or are about to; ``submit`` takes
+    one of them or starts a new worker before queueing, so every queued job has a worker. Up to
+    ``keep_idle`` workers stay after their pipe closes; the others end.
+    """
+
+    def __init__(self, keep_idle: int = 16) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Process, Any, bytes]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.idle = 0
+        self.keep_idle = keep_idle
+
+    def start(self, count: int) -> None:
+        for _ in range(count):
+            self._add_worker()
+            with self.lock:
+                self.idle += 1
+
+    def submit(self, proc: Process, pipe: Any, kind: bytes) -> None:
+        """Have ``pipe`` read; raises RuntimeError (nothing queued) when no thread can start."""
+        with self.lock:
+            reuse = self.idle > 0
+            if reuse:
+                self.idle -= 1
+        if not reuse:
+            self._add_worker()
+        self.jobs.put((proc, pipe, kind))
+
+    def _add_worker(self) -> None:
+        threading.Thread(target=self._work, name="pipe-reader", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            _pump(*self.jobs.get())
+            with self.lock:
+                if self.idle >= self.keep_idle:
+                    return
+                self.idle += 1
+
+
+class Deadlines:
+    """One thread that SIGKILLs the process group of each process whose timeout ran out.
+
+    The heap (under ``cond``) holds weak references, so a forgotten process is not kept alive by a
+    distant deadline; deadlines are on the monotonic clock.
+    """
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.heap: list[tuple[float, int, weakref.ref[Process]]] = []
+        self.order = itertools.count()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="deadlines", daemon=True).start()
+
+    def add(self, seconds: float, proc: Process) -> None:
+        with self.cond:
+            entry = (time.monotonic() + seconds, next(self.order), weakref.ref(proc))
+            heapq.heappush(self.heap, entry)
+            if self.heap[0] is entry:
+                self.cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.heap or self.heap[0][0] > time.monotonic():
+                    self.cond.wait(self.heap[0][0] - time.monotonic() if self.heap else None)
+                proc = heapq.heappop(self.heap)[2]()
+            if proc is not None:
+                proc.on_timeout()  # a no-op once it has finished
 
 
 def _pump(proc: Process, pipe: BinaryIO, kind: bytes) -> None:
@@ -1213,7 +1288,7 @@ def main() -> int:
     guard_init_signals()
     become_subreaper()
     agent = Agent(dict(os.environ))
-    agent.start_reaper()
+    agent.start()
     server = AgentServer((host, port), agent)
     print(f"corral agent {VERSION} listening on {host}:{port}", file=sys.stderr, flush=True)
     server.serve_forever(poll_interval=None)  # type: ignore[arg-type]

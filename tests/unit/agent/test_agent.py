@@ -190,6 +190,15 @@ async def test_timeout_kills_the_whole_process_group(agent: LocalAgent) -> None:
     assert result.stdout == b""
 
 
+async def test_a_short_timeout_fires_behind_a_long_one(agent: LocalAgent) -> None:
+    slow = await agent.client.start_process({"cmd": ["sleep", "30"], "timeout": 60})
+    started = time.monotonic()
+    result = await run(agent.client, cmd=["sleep", "30"], timeout=0.2)
+    assert result.exit["timed_out"] is True
+    assert time.monotonic() - started < 5
+    assert (await agent.client.get_process(slow))["running"] is True
+
+
 async def test_signal_goes_to_the_process_group(agent: LocalAgent) -> None:
     pid = await agent.client.start_process({"shell": "sleep 30 & wait"})
     await agent.client.signal(pid, "SIGTERM")
