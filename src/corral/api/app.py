@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from corral.api.deps import require_key
-from corral.api.errors import install_error_handlers
+from corral.api.errors import AsciiJSONResponse, install_error_handlers
 from corral.api.routes import files, health, processes, sandboxes, workspace
 from corral.service.workspace import Workspace
 
@@ -31,6 +31,7 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
         version="0.1.0",
         summary="Self-hosted sandboxes for AI agents",
         lifespan=lifespan,
+        default_response_class=AsciiJSONResponse,
     )
     app.state.workspace = ws
     install_error_handlers(app)

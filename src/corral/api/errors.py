@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.service.errors import CorralError
+
+
+class AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: sandbox file names that are not UTF-8 travel as surrogate
+    escapes (``\\udcXX``), which valid JSON can carry but a UTF-8 encoder cannot."""
+
+    def render(self, content: object) -> bytes:
+        return json.dumps(
+            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+        ).encode()
+
 
 STATUS_BY_CODE = {
     "unauthorized": 401,
@@ -29,7 +42,9 @@ STATUS_BY_CODE = {
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"code": code, "message": message}, status_code=status, headers=headers)
+    return AsciiJSONResponse(
+        {"code": code, "message": message}, status_code=status, headers=headers
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -21,7 +21,7 @@ class ErrorBody(BaseModel):
 
 
 class SandboxCreate(BaseModel):
-    """A request for a new sandbox. Omitted resources take the workspace's (or template's) defaults."""
+    """A request for a new sandbox; omitted resources take the template's defaults."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -65,7 +65,9 @@ class ExecRequest(BaseModel):
     cwd: str | None = None
     user: str | None = None
     stdin: bool = Field(default=False, description="keep stdin open for later input")
-    timeout: float | None = Field(default=None, gt=0, description="seconds; the process is killed after it")
+    timeout: float | None = Field(
+        default=None, gt=0, description="seconds; the process is killed after it"
+    )
     background: bool = Field(default=False, description="return a pid at once instead of streaming")
     tag: str | None = None
 

@@ -1,4 +1,4 @@
-"""``python -m corral.images build-base [--images-dir DIR]``: build the default image (setup uses it)."""
+"""``python -m corral.images build-base [--images-dir DIR]``: build the default image."""
 
 from __future__ import annotations
 

@@ -50,7 +50,8 @@ def debian_mirror(sources_dirs: tuple[str, ...] = ("/etc/apt/sources.list.d",)) 
                     uri = next(p for p in parts[1:] if "://" in p)
                     return uri
     raise ImageBuildError(
-        f"no Debian '{DEBIAN_SUITE}' entry found in the apt sources; add one to /etc/apt/sources.list.d"
+        f"no Debian '{DEBIAN_SUITE}' entry found in the apt sources; "
+        "add one to /etc/apt/sources.list.d"
     )
 
 

@@ -1,8 +1,9 @@
 """The runtime mechanism: boots, stops, checkpoints and restores one isolated sandbox.
 
-A runtime knows nothing of the store, the API or capacity; the service layer drives it. It owns, per
-sandbox, everything on the host below ``<sandboxes_dir>/<sandbox_id>/`` (OCI bundle, the
-size-limited writable disk, logs, runtime ids) plus the runtime's own records (runsc state, cgroups).
+A runtime knows nothing of the store, the API or capacity; the service layer drives it. It owns,
+per sandbox, everything on the host below ``<sandboxes_dir>/<sandbox_id>/`` (OCI bundle, the
+size-limited writable disk, logs, runtime ids) plus the runtime's own records (runsc state,
+cgroups).
 
 Invariants every implementation keeps:
 - ``start`` and ``restore`` return only once the sandbox's init (the in-sandbox agent) is running,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import shutil
 from collections.abc import Awaitable, Callable
@@ -65,12 +66,18 @@ class GVisorRuntime:
         cgroup_parent: str = "corral",
         command_timeout: float = 60.0,
         subreaper: bool = True,
+        state_dir: Path | None = None,
     ) -> None:
         self.root_dir = Path(root_dir)
+        # runsc's sockets live under its --root and a socket path holds at most 107 bytes, so
+        # the state dir is a short path of its own (keyed by the sandboxes dir), not below it.
+        if state_dir is None:
+            key = hashlib.sha256(str(self.root_dir.resolve()).encode()).hexdigest()[:12]
+            state_dir = Path("/run/corral") / key
         self._runsc = RunscRunner(
             RunscOptions(
                 binary=runsc,
-                root=self.root_dir / ".runsc",
+                root=Path(state_dir),
                 platform=platform,
                 debug_log_dir=self.root_dir / ".debug" if debug else None,
                 timeout=command_timeout,

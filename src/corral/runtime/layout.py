@@ -8,7 +8,7 @@
         disk-NNNN.img       the sparse ext4 image of generation NNNN
         disk-NNNN/          its mount point, given to runsc as the overlay's backing dir
         console.log         the agent's stdout/stderr and runsc's own errors (O_APPEND)
-    <root_dir>/.runsc/      runsc's --root (its state files and sockets)
+    /run/corral/<key>/      runsc's --root (state files, sockets; short: sun_path is 107 bytes)
     <root_dir>/.debug/      runsc debug logs when debugging is on
 
 The runsc container id of generation N is ``<sandbox_id>-NNNN`` (fixed width: runsc matches ids

@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote_from_bytes
 
 import httpx
 
@@ -24,6 +25,26 @@ DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
 STREAM_TIMEOUT = httpx.Timeout(None, connect=10.0)
 
 Params = Mapping[str, Any] | list[tuple[str, Any]] | None
+
+
+def encode_query(params: Mapping[str, Any] | list[tuple[str, Any]]) -> str:
+    """Percent-encode a query string, keeping path bytes that are not UTF-8.
+
+    Sandbox file names are bytes; the SDK carries undecodable ones as surrogate escapes
+    (``os.fsdecode``), which httpx's own encoder refuses.
+    """
+    items = params.items() if isinstance(params, Mapping) else params
+    parts = []
+    for name, value in items:
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            raw = str(value).encode("utf-8", "surrogateescape")
+            text = quote_from_bytes(raw, safe="/")
+        parts.append(f"{quote_from_bytes(name.encode(), safe='')}={text}")
+    return "&".join(parts)
 
 
 class HTTPSession:
@@ -98,11 +119,12 @@ class HTTPSession:
         timeout: httpx.Timeout | None = None,
     ) -> AsyncIterator[httpx.Response]:
         """Open a streamed response; raises the translated error for an error status."""
+        if params:
+            path = f"{path}?{encode_query(params)}"
         request = self._client.build_request(
             method,
             path,
             json=json_body,
-            params=params,
             content=content,
             headers=headers,
             timeout=timeout or STREAM_TIMEOUT,

@@ -1,14 +1,14 @@
 """The service's error tree. Edges translate these; nothing below the service raises them.
 
-    CorralError                 code        meaning
-    ├── NotFound                not_found   no such sandbox, template, process or file
-    ├── InvalidRequest          invalid     the request itself is wrong (bad resources, bad path)
-    ├── StateConflict           conflict    the sandbox's state does not allow the action
-    ├── CapacityExceeded        capacity    over a ceiling or over the workspace's free capacity
-    ├── ExecFailed              exec_failed the command could not be started in the sandbox
-    ├── SandboxUnavailable      sandbox_unavailable  the sandbox's agent cannot be reached
-    ├── Unauthorized            unauthorized         missing or wrong API key
-    └── OperationFailed         internal    a runtime or network step failed; message says which
+CorralError                 code        meaning
+├── NotFound                not_found   no such sandbox, template, process or file
+├── InvalidRequest          invalid     the request itself is wrong (bad resources, bad path)
+├── StateConflict           conflict    the sandbox's state does not allow the action
+├── CapacityExceeded        capacity    over a ceiling or over the workspace's free capacity
+├── ExecFailed              exec_failed the command could not be started in the sandbox
+├── SandboxUnavailable      sandbox_unavailable  the sandbox's agent cannot be reached
+├── Unauthorized            unauthorized         missing or wrong API key
+└── OperationFailed         internal    a runtime or network step failed; message says which
 """
 
 from __future__ import annotations

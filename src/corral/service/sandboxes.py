@@ -20,7 +20,7 @@ import logging
 import secrets
 import string
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from corral.config import Settings
@@ -96,8 +96,10 @@ class SandboxService:
         network: Network,
         templates: TemplateService,
         agent: AgentMount,
+        connect_agent: Callable[[str, Slot], AgentClient] | None = None,
     ) -> None:
         self._settings = settings
+        self._connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
         self._db = db
         self._runtime = runtime
         self._network = network
@@ -146,7 +148,7 @@ class SandboxService:
                     await self._fail(record.id, f"re-adopting its network slot failed: {exc}")
                     continue
                 self._slots[record.id] = slot
-                self._clients[record.id] = AgentClient(slot.host_address)
+                self._clients[record.id] = self._connect_agent(record.id, slot)
                 adopted.add(record.id)
                 log.info("sandbox %s: re-adopted (slot %d)", record.id, slot.index)
             else:
@@ -155,8 +157,8 @@ class SandboxService:
                     f"its runtime was {info.status.value} when the daemon restarted",
                 )
         for sandbox_id in await self._runtime.list_ids():
-            record = self._db.sandboxes.get(sandbox_id)
-            if sandbox_id not in adopted and (record is None or record.state not in LIVE_STATES):
+            known = self._db.sandboxes.get(sandbox_id)
+            if sandbox_id not in adopted and (known is None or known.state not in LIVE_STATES):
                 log.warning("sandbox %s: removing orphaned runtime resources", sandbox_id)
                 await self._runtime.destroy(sandbox_id)
         reap = getattr(self._network, "reap_stale", None)
@@ -265,7 +267,7 @@ class SandboxService:
                 await self._network.prepare(slot)
                 spec = self._spec(record, rootfs, slot, env)
                 await self._runtime.start(spec)
-                client = AgentClient(slot.host_address)
+                client = self._connect_agent(record.id, slot)
                 try:
                     await client.wait_ready(self._settings.agent_ready_timeout)
                 except BaseException:

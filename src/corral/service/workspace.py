@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral.config import Settings
 from corral.images import ImageStore
-from corral.network.base import Network
+from corral.network.base import Network, Slot
+from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
 from corral.service.files import FileService
@@ -37,13 +39,18 @@ class Workspace:
 
     @classmethod
     def build(
-        cls, settings: Settings, runtime: Runtime, network: Network, agent: AgentMount
+        cls,
+        settings: Settings,
+        runtime: Runtime,
+        network: Network,
+        agent: AgentMount,
+        connect_agent: Callable[[str, Slot], AgentClient] | None = None,
     ) -> Workspace:
         settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         db = Database(settings.db_path)
         images = ImageStore(settings.images_path)
         templates = TemplateService(db, images, settings)
-        sandboxes = SandboxService(settings, db, runtime, network, templates, agent)
+        sandboxes = SandboxService(settings, db, runtime, network, templates, agent, connect_agent)
         return cls(
             settings=settings,
             db=db,

@@ -58,8 +58,12 @@ async def make_dir(
 
 
 @router.post("/move", operation_id="move_file", response_model=schemas.FileStat)
-async def move_file(sandbox_id: str, body: schemas.MoveRequest, files: FilesDep) -> schemas.FileStat:
-    return schemas.FileStat(**await files.call(sandbox_id, "move files in", "move", body.src, body.dst))
+async def move_file(
+    sandbox_id: str, body: schemas.MoveRequest, files: FilesDep
+) -> schemas.FileStat:
+    return schemas.FileStat(
+        **await files.call(sandbox_id, "move files in", "move", body.src, body.dst)
+    )
 
 
 @router.delete("", operation_id="remove_file", status_code=204)

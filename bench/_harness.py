@@ -1,0 +1,180 @@
+"""Shared bench helpers: a private daemon, raw runsc baselines, and statistics.
+
+Benchmarks print figures and ratios against baselines measured in the same run; they assert
+nothing about speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+CORRAL = str(Path(sys.executable).with_name("corral"))
+IMAGES_DIR = Path(os.environ.get("CORRAL_IMAGES_DIR", "/var/lib/corral/images"))
+BASE_ROOTFS = IMAGES_DIR / "base" / "rootfs"
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+@dataclass
+class Figures:
+    name: str
+    samples_ms: list[float]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.samples_ms, 99)
+
+
+def timed(fn: Callable[[], object], runs: int, warmup: int = 2) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def report(rows: list[tuple[Figures, Figures | None]]) -> None:
+    print(f"{'measure':44} {'p50 ms':>9} {'p99 ms':>9} {'ratio p50':>10}")
+    for figures, baseline in rows:
+        ratio = f"{figures.p50 / baseline.p50:9.2f}x" if baseline else ""
+        print(f"{figures.name:44} {figures.p50:9.2f} {figures.p99:9.2f} {ratio:>10}")
+
+
+@dataclass
+class Daemon:
+    url: str
+    key: str
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+
+
+@contextmanager
+def private_daemon() -> Iterator[Daemon]:
+    """A daemon of its own (data dir, port, network prefix) that is stopped and cleaned after."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data_dir = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    env = {
+        **os.environ,
+        "CORRAL_IMAGES_DIR": str(IMAGES_DIR),
+        "CORRAL_NETWORK_PREFIX": "cb" + secrets.token_hex(2),
+        "CORRAL_NETWORK_SUBNET": "10.233.0.0/16",
+    }
+    log = open(data_dir.with_suffix(".log"), "wb")  # noqa: SIM115 (closed in the finally below)
+    process = subprocess.Popen(
+        [CORRAL, "serve", "--data-dir", str(data_dir / "data"), "--listen", f"127.0.0.1:{port}"],
+        stdout=log,
+        stderr=log,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        key = (data_dir / "data" / "admin.key").read_text().strip()
+        yield Daemon(url, key, process, data_dir)
+    finally:
+        try:
+            headers = {"Authorization": f"Bearer {key}"}
+            listed = httpx.get(url + "/v1/sandboxes", headers=headers).json()["sandboxes"]
+            for sbx in listed:
+                if sbx["state"] != "killed":
+                    httpx.delete(f"{url}/v1/sandboxes/{sbx['id']}", headers=headers, timeout=60)
+        except Exception:
+            pass
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+        log.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+class RawRunsc:
+    """Raw ``runsc`` on the same base image and platform, for baselines."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="corral-bench-runsc-"))
+        self.counter = 0
+
+    def _bundle(self, args: list[str]) -> Path:
+        self.counter += 1
+        bundle = self.root / f"b{self.counter:05d}"
+        bundle.mkdir()
+        subprocess.run(["runsc", "spec", "-bundle", str(bundle), "--", *args], check=True)
+        config = json.loads((bundle / "config.json").read_text())
+        config["root"] = {"path": str(BASE_ROOTFS), "readonly": False}
+        config["process"]["terminal"] = False
+        (bundle / "config.json").write_text(json.dumps(config))
+        return bundle
+
+    def _base(self) -> list[str]:
+        return [
+            "runsc",
+            "--root",
+            str(self.root / "state"),
+            "--platform=systrap",
+            "--network=none",
+            "--overlay2=root:memory",
+        ]
+
+    def run(self, args: list[str]) -> bytes:
+        bundle = self._bundle(args)
+        cid = f"raw{self.counter:05d}"
+        out = subprocess.run(
+            [*self._base(), "run", "-bundle", str(bundle), cid], capture_output=True, check=True
+        )
+        subprocess.run([*self._base(), "delete", "-force", cid], capture_output=True)
+        shutil.rmtree(bundle, ignore_errors=True)
+        return out.stdout
+
+    def start_idle(self) -> str:
+        bundle = self._bundle(["sleep", "100000"])
+        cid = f"raw{self.counter:05d}"
+        subprocess.run(
+            [*self._base(), "run", "-detach", "-bundle", str(bundle), cid],
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return cid
+
+    def exec(self, cid: str, args: list[str]) -> None:
+        subprocess.run([*self._base(), "exec", cid, *args], check=True, capture_output=True)
+
+    def delete(self, cid: str) -> None:
+        subprocess.run([*self._base(), "delete", "-force", cid], capture_output=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)

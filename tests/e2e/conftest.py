@@ -1,0 +1,151 @@
+"""A real daemon for end-to-end tests: ``corral serve`` on a free loopback port, with its own data
+dir, network prefix and subnet, so it never collides with a daemon the user runs.
+
+At teardown every sandbox it made is killed through the API, the daemon is stopped by its pid,
+and the test asserts that no namespace of its prefix is left. The daemon's log is printed when a
+test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CORRAL = str(Path(sys.executable).with_name("corral"))
+IMAGES_DIR = Path(os.environ.get("CORRAL_IMAGES_DIR", "/var/lib/corral/images"))
+
+pytestmark = pytest.mark.e2e
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Daemon:
+    url: str
+    key: str
+    data_dir: Path
+    prefix: str
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CORRAL_URL": self.url, "CORRAL_API_KEY": self.key}
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=60
+        )
+
+    def cli(
+        self, *args: str, input: bytes | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [CORRAL, *args], input=input, capture_output=True, env=self.env, timeout=timeout
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def start_daemon(data_dir: Path, prefix: str, subnet: str, port: int | None = None) -> Daemon:
+    port = port or free_port()
+    log_path = data_dir.parent / f"{data_dir.name}.log"
+    env = {
+        **os.environ,
+        "CORRAL_IMAGES_DIR": str(IMAGES_DIR),
+        "CORRAL_NETWORK_PREFIX": prefix,
+        "CORRAL_NETWORK_SUBNET": subnet,
+        "CORRAL_LOG_LEVEL": "debug",
+        # A known memory total, so that capacity refusals are deterministic.
+        "CORRAL_MEMORY_MIB": "12288",
+    }
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [CORRAL, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"],
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"daemon exited {process.returncode}:\n{log_path.read_text()}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        raise RuntimeError(f"daemon did not answer in 60 s:\n{log_path.read_text()}")
+    key = (data_dir / "admin.key").read_text().strip()
+    return Daemon(url, key, data_dir, prefix, log_path, process)
+
+
+def stop_daemon(daemon: Daemon, *, kill_sandboxes: bool = True) -> None:
+    if kill_sandboxes and daemon.process.poll() is None:
+        with daemon.client() as client:
+            try:
+                for sbx in client.get("/v1/sandboxes").json()["sandboxes"]:
+                    if sbx["state"] not in ("killed",):
+                        client.delete(f"/v1/sandboxes/{sbx['id']}")
+            except httpx.HTTPError:
+                pass
+    if daemon.process.poll() is None:
+        daemon.process.send_signal(signal.SIGTERM)
+        try:
+            daemon.process.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.process.kill()
+            daemon.process.wait()
+
+
+def leftover_namespaces(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    if not (IMAGES_DIR / "base" / "image.json").exists():
+        raise RuntimeError(f"the base image is missing from {IMAGES_DIR}: run ./scripts/setup")
+    prefix = "ce" + secrets.token_hex(2)
+    data_dir = tmp_path_factory.mktemp("daemon") / "data"
+    daemon = start_daemon(data_dir, prefix, "10.231.0.0/16")
+    try:
+        yield daemon
+    finally:
+        stop_daemon(daemon)
+        left = leftover_namespaces(prefix)
+        for name in left:
+            subprocess.run(["ip", "netns", "del", name], check=False)
+        assert not left, f"namespaces left behind: {left}\n{daemon.log()[-4000:]}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    if report.failed and "daemon" in getattr(item, "fixturenames", ()):
+        daemon = item.funcargs.get("daemon") if hasattr(item, "funcargs") else None
+        if isinstance(daemon, Daemon):
+            report.sections.append(("daemon log (tail)", daemon.log()[-6000:]))
+    return report

@@ -1,0 +1,188 @@
+"""Unit-test doubles for the service: sandboxes whose "runtime" is the real agent run as a plain
+host process on a loopback port, and a loopback network. The agent's behaviour is real; only the
+isolation is missing, which the integration and e2e suites cover.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from corral.agent import AGENT_PATH
+from corral.config import Settings
+from corral.network.base import NoFreeSlot, Slot
+from corral.runtime.agent_client import AgentClient
+from corral.runtime.base import (
+    AgentMount,
+    RuntimeFailure,
+    RuntimeInfo,
+    RuntimeStatus,
+    SandboxSpec,
+)
+from corral.service.workspace import Workspace
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LocalAgentRuntime:
+    """Runs each sandbox's agent as a host process on its own loopback port."""
+
+    name: str = "local"
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    oom: set[str] = field(default_factory=set)
+    fail_start: bool = False
+
+    async def start(self, spec: SandboxSpec) -> None:
+        if self.fail_start:
+            raise RuntimeFailure(f"starting sandbox {spec.sandbox_id}: injected failure")
+        port = free_port()
+        env = {k: v for k, v in spec.agent.env}
+        env.update(
+            CORRAL_AGENT_HOST="127.0.0.1",
+            CORRAL_AGENT_PORT=str(port),
+            PATH=os.environ.get("PATH", "/usr/bin:/bin"),
+        )
+        self.processes[spec.sandbox_id] = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(AGENT_PATH)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.ports[spec.sandbox_id] = port
+
+    async def info(self, sandbox_id: str) -> RuntimeInfo:
+        proc = self.processes.get(sandbox_id)
+        if proc is None:
+            return RuntimeInfo(RuntimeStatus.MISSING)
+        if proc.poll() is not None:
+            return RuntimeInfo(RuntimeStatus.STOPPED, oom_killed=sandbox_id in self.oom)
+        return RuntimeInfo(RuntimeStatus.RUNNING)
+
+    async def list_ids(self) -> list[str]:
+        return list(self.processes)
+
+    async def destroy(self, sandbox_id: str) -> None:
+        proc = self.processes.pop(sandbox_id, None)
+        self.ports.pop(sandbox_id, None)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def crash(self, sandbox_id: str, *, oom: bool = False) -> None:
+        if oom:
+            self.oom.add(sandbox_id)
+        proc = self.processes[sandbox_id]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    async def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool) -> None:
+        raise RuntimeFailure("checkpoint is not supported by the local test runtime")
+
+    async def restore(self, spec: SandboxSpec, image_dir: Path) -> None:
+        raise RuntimeFailure("restore is not supported by the local test runtime")
+
+    async def pause(self, sandbox_id: str) -> None:
+        return None
+
+    async def resume(self, sandbox_id: str) -> None:
+        return None
+
+    async def disk_usage_mib(self, sandbox_id: str) -> int:
+        return 0
+
+    def close(self) -> None:
+        for sandbox_id in list(self.processes):
+            proc = self.processes.pop(sandbox_id)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@dataclass
+class LoopbackNetwork:
+    """Slots without namespaces: every sandbox is reached on 127.0.0.1."""
+
+    size: int = 64
+    leased: set[int] = field(default_factory=set)
+    prepared: list[int] = field(default_factory=list)
+
+    async def lease(self, index: int | None = None) -> Slot:
+        if index is None:
+            free = [i for i in range(1, self.size + 1) if i not in self.leased]
+            if not free:
+                raise NoFreeSlot("all slots are leased")
+            index = free[0]
+        self.leased.add(index)
+        return Slot(index, f"fake-{index}", f"/run/netns/fake-{index}", "127.0.0.1")
+
+    async def prepare(self, slot: Slot) -> None:
+        self.prepared.append(slot.index)
+
+    async def release(self, slot: Slot) -> None:
+        self.leased.discard(slot.index)
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class Harness:
+    workspace: Workspace
+    runtime: LocalAgentRuntime
+    network: LoopbackNetwork
+    settings: Settings
+
+
+def make_settings(tmp_path: Path, **overrides: object) -> Settings:
+    images = tmp_path / "images"
+    rootfs = images / "base" / "rootfs"
+    rootfs.mkdir(parents=True, exist_ok=True)
+    (images / "base" / "image.json").write_text("{}")
+    values: dict[str, object] = {
+        "data_dir": tmp_path / "data",
+        "images_dir": images,
+        "cpus": 2,
+        "memory_mib": 4096,
+        "disk_mib": 20000,
+        "default_memory_mib": 256,
+        "default_disk_mib": 512,
+        "max_memory_mib": 2048,
+        "max_disk_mib": 8192,
+    }
+    values.update(overrides)
+    return Settings(**values).resolved()  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    settings = make_settings(tmp_path)
+    runtime = LocalAgentRuntime()
+    network = LoopbackNetwork()
+    workspace = Workspace.build(
+        settings,
+        runtime,
+        network,
+        AgentMount(mounts=(), argv=()),
+        connect_agent=lambda sandbox_id, _slot: AgentClient("127.0.0.1", runtime.ports[sandbox_id]),
+    )
+    await workspace.start()
+    try:
+        yield Harness(workspace, runtime, network, settings)
+    finally:
+        await workspace.stop()
+        runtime.close()

@@ -1,0 +1,180 @@
+"""Sandbox lifecycle in the service, on the local-agent runtime and loopback network."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+
+import pytest
+
+from corral.service.errors import (
+    CapacityExceeded,
+    ExecFailed,
+    InvalidRequest,
+    NotFound,
+    OperationFailed,
+    StateConflict,
+)
+from corral.service.sandboxes import CreateRequest, new_sandbox_id
+from corral.service.workspace import Workspace
+from tests.unit.conftest import Harness
+
+
+async def run(ws: Workspace, sandbox_id: str, **spec: object) -> tuple[int | None, bytes]:
+    body = {
+        "cmd": None,
+        "shell": None,
+        "env": {},
+        "cwd": None,
+        "user": None,
+        "stdin": False,
+        "timeout": None,
+        "tag": None,
+        **spec,
+    }
+    out = b""
+    code = None
+    async for event in await ws.processes.exec_stream(sandbox_id, body):
+        if event["type"] == "stdout":
+            out += base64.b64decode(event["data"])
+        if event["type"] == "exit":
+            code = event["exit_code"]
+    return code, out
+
+
+def test_ids_are_fixed_width() -> None:
+    assert len({len(new_sandbox_id()) for _ in range(200)}) == 1
+
+
+async def test_create_exec_kill_frees_capacity(harness: Harness) -> None:
+    ws = harness.workspace
+    before = ws.sandboxes.capacity()
+    record = await ws.sandboxes.create(CreateRequest(memory_mib=300, cpu=1.5, env={"A": "b"}))
+    assert record.state == "running"
+    during = ws.sandboxes.capacity()
+    assert during.memory.reserved == before.memory.reserved + 300
+    assert during.cpu.reserved == before.cpu.reserved + 1.5
+    assert await run(ws, record.id, shell="echo $A") == (0, b"b\n")
+    await ws.sandboxes.kill(record.id)
+    assert ws.sandboxes.get(record.id).state == "killed"
+    assert ws.sandboxes.capacity().memory.reserved == before.memory.reserved
+    assert harness.network.leased == set()
+    await ws.sandboxes.kill(record.id)  # idempotent
+    with pytest.raises(StateConflict, match="killed"):
+        await run(ws, record.id, cmd=["true"])
+
+
+async def test_invalid_requests_name_the_limit(harness: Harness) -> None:
+    ws = harness.workspace
+    with pytest.raises(InvalidRequest, match=r"memory 4000 MiB is outside 64\.\.2048"):
+        await ws.sandboxes.create(CreateRequest(memory_mib=4000))
+    with pytest.raises(InvalidRequest, match="cpu"):
+        await ws.sandboxes.create(CreateRequest(cpu=100))
+    with pytest.raises(NotFound, match="template 'nope'"):
+        await ws.sandboxes.create(CreateRequest(template="nope"))
+    assert ws.sandboxes.list() == []
+
+
+async def test_capacity_refusal_says_by_how_much(harness: Harness) -> None:
+    ws = harness.workspace
+    a = await ws.sandboxes.create(CreateRequest(memory_mib=2048))
+    b = await ws.sandboxes.create(CreateRequest(memory_mib=1500))
+    with pytest.raises(CapacityExceeded, match=r"asked for 1000 MiB, 548 of 4096 MiB free"):
+        await ws.sandboxes.create(CreateRequest(memory_mib=1000))
+    assert len(ws.sandboxes.list()) == 2
+    await ws.sandboxes.kill(a.id)
+    await ws.sandboxes.kill(b.id)
+
+
+async def test_concurrent_creates_never_overcommit_memory(harness: Harness) -> None:
+    ws = harness.workspace
+    results = await asyncio.gather(
+        *(ws.sandboxes.create(CreateRequest(memory_mib=1000)) for _ in range(6)),
+        return_exceptions=True,
+    )
+    made = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, CapacityExceeded)]
+    assert len(made) == 4 and len(refused) == 2
+    for record in made:
+        await ws.sandboxes.kill(record.id)
+
+
+async def test_failed_create_leaves_nothing(harness: Harness) -> None:
+    harness.runtime.fail_start = True
+    with pytest.raises(OperationFailed, match="injected failure"):
+        await harness.workspace.sandboxes.create(CreateRequest())
+    assert harness.workspace.sandboxes.list() == []
+    assert harness.network.leased == set()
+    assert harness.runtime.processes == {}
+
+
+async def test_dead_runtime_is_reported_not_running(harness: Harness) -> None:
+    ws = harness.workspace
+    record = await ws.sandboxes.create(CreateRequest(memory_mib=128))
+    harness.runtime.crash(record.id, oom=True)
+    refreshed = await ws.sandboxes.refresh(record.id)
+    assert refreshed.state == "error"
+    assert "out of memory" in (refreshed.error or "") and "128 MiB" in (refreshed.error or "")
+    assert ws.sandboxes.capacity().memory.reserved == 0
+    with pytest.raises(StateConflict, match="error"):
+        await run(ws, record.id, cmd=["true"])
+
+
+async def test_exec_of_missing_program(harness: Harness) -> None:
+    ws = harness.workspace
+    record = await ws.sandboxes.create(CreateRequest())
+    with pytest.raises(ExecFailed, match="no-such-program"):
+        await run(ws, record.id, cmd=["no-such-program"])
+    with pytest.raises(InvalidRequest):
+        await run(ws, record.id)
+    await ws.sandboxes.kill(record.id)
+
+
+async def test_ttl_kills(harness: Harness) -> None:
+    ws = harness.workspace
+    record = await ws.sandboxes.create(CreateRequest(ttl_seconds=1))
+    deadline = time.monotonic() + 10
+    while ws.sandboxes.get(record.id).state != "killed" and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert ws.sandboxes.get(record.id).state == "killed"
+
+
+async def test_restart_readopts_and_cleans_interrupted(harness: Harness) -> None:
+    ws = harness.workspace
+    alive = await ws.sandboxes.create(CreateRequest())
+    dead = await ws.sandboxes.create(CreateRequest())
+    await ws.sandboxes.stop()
+    harness.runtime.crash(dead.id)
+    # A create interrupted by a crash: record in 'creating' with a runtime left behind.
+    ws.db.sandboxes.update(alive.id, state="running")
+    fresh = Workspace.build(
+        harness.settings,
+        harness.runtime,
+        harness.network,
+        ws.sandboxes._agent_mount,
+        connect_agent=ws.sandboxes._connect_agent,
+    )
+    from corral.storage import SandboxRecord
+
+    fresh.db.sandboxes.add(
+        SandboxRecord(
+            id="sb-interrupted0",
+            state="creating",
+            template="base",
+            cpu=1,
+            memory_mib=64,
+            disk_mib=64,
+            operation="creating",
+        )
+    )
+    await fresh.start()
+    try:
+        assert fresh.sandboxes.get(alive.id).state == "running"
+        assert await run(fresh, alive.id, cmd=["echo", "back"]) == (0, b"back\n")
+        assert fresh.sandboxes.get(dead.id).state == "error"
+        with pytest.raises(NotFound):
+            fresh.sandboxes.get("sb-interrupted0")
+    finally:
+        await fresh.sandboxes.kill(alive.id)
+        await fresh.stop()
