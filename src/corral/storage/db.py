@@ -16,6 +16,7 @@ from sqlalchemy.orm import sessionmaker
 
 from corral.storage.apikeys import ApiKeyRepository
 from corral.storage.sandboxes import SandboxRepository
+from corral.storage.snapshots import SnapshotRepository
 from corral.storage.templates import TemplateRepository
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -49,6 +50,7 @@ class Database:
         self.sandboxes = SandboxRepository(self._sessions)
         self.api_keys = ApiKeyRepository(self._sessions)
         self.templates = TemplateRepository(self._sessions)
+        self.snapshots = SnapshotRepository(self._sessions)
 
     def _migrate(self) -> None:
         config = Config()

@@ -24,6 +24,14 @@ class SandboxRecord:
     error: str | None = None
     slot_index: int | None = None
     operation: str | None = None
+    secret_keys: list[str] = field(default_factory=list)
+    on_timeout: str = "kill"
+    auto_park_idle: int | None = None
+    auto_wake: bool = False
+    image_path: str | None = None
+    image_mib: int = 0
+    parent_id: str | None = None
+    last_active_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -44,3 +52,22 @@ class TemplateRecord:
     disk_mib: int
     env: dict[str, str]
     created_at: float
+
+
+@dataclass
+class SnapshotRecord:
+    """A saved sandbox state. ``kind`` is ``memory`` (processes included) or ``fs`` (files only);
+    ``state`` is ``creating`` until the image is complete on disk, then ``ready``."""
+
+    name: str
+    state: str
+    kind: str
+    source_id: str
+    template: str
+    cpu: float
+    memory_mib: int
+    disk_mib: int
+    env: dict[str, str]
+    image_path: str
+    size_mib: int = 0
+    created_at: float = 0.0

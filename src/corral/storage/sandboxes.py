@@ -28,6 +28,14 @@ def _record(row: SandboxRow) -> SandboxRecord:
         error=row.error,
         slot_index=row.slot_index,
         operation=row.operation,
+        secret_keys=list(row.secret_keys or []),
+        on_timeout=row.on_timeout or "kill",
+        auto_park_idle=row.auto_park_idle,
+        auto_wake=bool(row.auto_wake),
+        image_path=row.image_path,
+        image_mib=row.image_mib or 0,
+        parent_id=row.parent_id,
+        last_active_at=row.last_active_at,
     )
 
 
@@ -56,6 +64,14 @@ class SandboxRepository:
                     error=record.error,
                     slot_index=record.slot_index,
                     operation=record.operation,
+                    secret_keys=record.secret_keys,
+                    on_timeout=record.on_timeout,
+                    auto_park_idle=record.auto_park_idle,
+                    auto_wake=record.auto_wake,
+                    image_path=record.image_path,
+                    image_mib=record.image_mib,
+                    parent_id=record.parent_id,
+                    last_active_at=record.last_active_at,
                 )
             )
 

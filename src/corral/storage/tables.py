@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Float, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -29,6 +29,15 @@ class SandboxRow(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     slot_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     operation: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Added in 0002 (park, fork, snapshots, secrets, automation).
+    secret_keys: Mapped[list[str]] = mapped_column(JSON, default=list)
+    on_timeout: Mapped[str] = mapped_column(String(8), default="kill")
+    auto_park_idle: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    auto_wake: Mapped[bool] = mapped_column(Boolean, default=False)
+    image_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    image_mib: Mapped[int] = mapped_column(Integer, default=0)
+    parent_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    last_active_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class ApiKeyRow(Base):
@@ -50,4 +59,21 @@ class TemplateRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer)
     disk_mib: Mapped[int] = mapped_column(Integer)
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class SnapshotRow(Base):
+    __tablename__ = "snapshots"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(8))
+    source_id: Mapped[str] = mapped_column(String(32))
+    template: Mapped[str] = mapped_column(String(128))
+    cpu: Mapped[float] = mapped_column(Float)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    disk_mib: Mapped[int] = mapped_column(Integer)
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    image_path: Mapped[str] = mapped_column(Text)
+    size_mib: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float)
