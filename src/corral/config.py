@@ -67,6 +67,8 @@ class Settings(BaseSettings):
     network_subnet: str = "10.200.0.0/16"
     agent_ready_timeout: float = 20.0
     log_level: str = "info"
+    # Crash tests only: the daemon SIGKILLs itself at this named step (e.g. "park:after-image").
+    crash_at: str | None = None
 
     @field_validator("listen")
     @classmethod

@@ -33,6 +33,7 @@ STATUS_BY_CODE = {
     "permission_denied": 403,
     "no_space": 507,
     "conflict": 409,
+    "secret_bearing": 409,
     "capacity": 409,
     "exec_failed": 400,
     "sandbox_unavailable": 503,

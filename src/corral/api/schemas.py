@@ -31,7 +31,18 @@ class SandboxCreate(BaseModel):
     disk_mib: int | None = Field(default=None, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     metadata: dict[str, str] = Field(default_factory=dict)
-    ttl_seconds: int | None = Field(default=None, gt=0, description="kill after this many seconds")
+    ttl_seconds: int | None = Field(default=None, gt=0, description="end after this many seconds")
+    secret_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="env values that are secret: never stored or shown; the sandbox becomes "
+        "secret-bearing (no fork, export or memory snapshot)",
+    )
+    on_timeout: Literal["kill", "park"] = "kill"
+    auto_park_idle: int | None = Field(
+        default=None, gt=0, description="park after this many seconds without exec or file calls"
+    )
+    auto_wake: bool = Field(default=False, description="wake on an exec or file call when parked")
+    snapshot: str | None = Field(default=None, description="restore from this snapshot")
 
 
 class Sandbox(BaseModel):
@@ -48,6 +59,12 @@ class Sandbox(BaseModel):
     created_at: float
     expires_at: float | None
     error: str | None = None
+    secret_env_keys: list[str] = Field(default_factory=list)
+    on_timeout: str = "kill"
+    auto_park_idle: int | None = None
+    auto_wake: bool = False
+    parent_id: str | None = None
+    image_mib: int = Field(default=0, description="disk taken by its parked memory image")
 
 
 class SandboxList(BaseModel):
@@ -160,3 +177,41 @@ class Template(BaseModel):
 
 class TemplateList(BaseModel):
     templates: list[Template]
+
+
+class ForkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(default=1, ge=1, le=64)
+
+
+class SnapshotCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    fs_only: bool = Field(default=False, description="files only, no memory or processes")
+    allow_secrets: bool = Field(
+        default=False, description="allow a files-only snapshot of a secret-bearing sandbox"
+    )
+
+
+class Snapshot(BaseModel):
+    name: str
+    kind: Literal["memory", "fs"]
+    source_id: str
+    template: str
+    cpu: float
+    memory_mib: int
+    disk_mib: int
+    size_mib: int
+    created_at: float
+
+
+class SnapshotList(BaseModel):
+    snapshots: list[Snapshot]
+
+
+class ImportResult(BaseModel):
+    kind: Literal["sandbox", "snapshot"]
+    sandbox: Sandbox | None = None
+    snapshot: Snapshot | None = None

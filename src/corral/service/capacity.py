@@ -1,7 +1,8 @@
 """Workspace capacity: what is total, reserved and free, and admission of new reservations.
 
 Model (DESIGN.md): cpu may be overcommitted by ``cpu_overcommit``; memory never; a running (or
-creating) sandbox reserves its cpu, memory and disk; a parked one only its disk. Reservations are
+creating) sandbox reserves its cpu, memory and disk; a parked one only the disk its image takes;
+snapshots reserve the disk their images take. Reservations are
 derived from the store, so they are right after a restart; ``admit`` is called under the service's
 admission lock, so two concurrent requests cannot both take the last free MiB.
 """
@@ -42,15 +43,16 @@ class CapacityModel:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
 
-    def report(self, records: list[SandboxRecord]) -> CapacityReport:
-        cpu = memory = disk = 0.0
+    def report(self, records: list[SandboxRecord], snapshot_mib: int = 0) -> CapacityReport:
+        cpu = memory = 0.0
+        disk = float(snapshot_mib)
         for record in records:
             if record.state in ACTIVE_STATES:
                 cpu += record.cpu
                 memory += record.memory_mib
                 disk += record.disk_mib
             elif record.state in DISK_ONLY_STATES:
-                disk += record.disk_mib
+                disk += record.image_mib
         s = self._settings
         return CapacityReport(
             cpu=Usage(s.cpus * s.cpu_overcommit, cpu),
@@ -60,10 +62,16 @@ class CapacityModel:
         )
 
     def admit(
-        self, records: list[SandboxRecord], *, cpu: float, memory_mib: int, disk_mib: int
+        self,
+        records: list[SandboxRecord],
+        *,
+        cpu: float,
+        memory_mib: int,
+        disk_mib: int,
+        snapshot_mib: int = 0,
     ) -> None:
         """Raise CapacityExceeded naming the first resource that does not fit, with numbers."""
-        report = self.report(records)
+        report = self.report(records, snapshot_mib)
         asks = (
             ("cpu", cpu, report.cpu, "vCPUs"),
             ("memory", memory_mib, report.memory, "MiB"),

@@ -32,7 +32,7 @@ class FileService:
         return translate_agent_error(sandbox_id, exc)
 
     async def read(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
-        client = self._sandboxes.agent(sandbox_id, "read files of")
+        client = await self._sandboxes.ready_agent(sandbox_id, "read files of")
         stream = client.read_file(check_path(path))
         try:
             first = await anext(stream)
@@ -43,13 +43,14 @@ class FileService:
             raise await self._error(sandbox_id, exc) from exc
 
         async def chunks() -> AsyncIterator[bytes]:
-            if first:
-                yield first
-            try:
-                async for chunk in stream:
-                    yield chunk
-            finally:
-                await stream.aclose()
+            with self._sandboxes.busy(sandbox_id):
+                if first:
+                    yield first
+                try:
+                    async for chunk in stream:
+                        yield chunk
+                finally:
+                    await stream.aclose()
 
         return chunks()
 
@@ -61,17 +62,19 @@ class FileService:
         mode: int | None,
         parents: bool,
     ) -> dict[str, Any]:
-        client = self._sandboxes.agent(sandbox_id, "write files of")
+        client = await self._sandboxes.ready_agent(sandbox_id, "write files of")
         try:
-            return await client.write_file(check_path(path), data, mode=mode, parents=parents)
+            with self._sandboxes.busy(sandbox_id):
+                return await client.write_file(check_path(path), data, mode=mode, parents=parents)
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
 
     async def call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
-        client = self._sandboxes.agent(sandbox_id, action)
+        client = await self._sandboxes.ready_agent(sandbox_id, action)
         for arg in args:
             if isinstance(arg, str):
                 check_path(arg)
+        self._sandboxes.touch(sandbox_id)
         try:
             return await getattr(client, method)(*args)
         except AgentError as exc:

@@ -6,6 +6,7 @@ sandbox's agent, checks the sandbox may be used, and translates the agent's erro
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,7 +34,7 @@ class ProcessService:
     async def exec_stream(self, sandbox_id: str, spec: dict[str, Any]) -> AsyncIterator[Event]:
         """Start a process and return its event stream; errors to start raise before streaming."""
         self._check(spec)
-        client = self._sandboxes.agent(sandbox_id, "exec in")
+        client = await self._sandboxes.ready_agent(sandbox_id, "exec in")
         stream = client.stream_process(spec)
         try:
             first = await anext(stream)
@@ -42,21 +43,29 @@ class ProcessService:
             raise await self._error(sandbox_id, exc) from exc
 
         async def events() -> AsyncIterator[Event]:
-            yield first
-            try:
-                async for event in stream:
-                    yield event
-            except AgentError:
-                # The stream broke (sandbox killed or parked); the client reconnects by pid.
-                return
-            finally:
-                await stream.aclose()
+            finished = False
+            with self._sandboxes.busy(sandbox_id):
+                yield first
+                try:
+                    async for event in stream:
+                        yield event
+                        finished = event.get("type") == "exit"
+                except AgentError:
+                    # The stream broke (sandbox killed or parked); the client reconnects by pid.
+                    return
+                finally:
+                    await stream.aclose()
+            if finished:
+                # Delivered in full: the agent need not keep this process's output any longer.
+                with contextlib.suppress(AgentError):
+                    await client.forget(first["pid"])
 
         return events()
 
     async def start(self, sandbox_id: str, spec: dict[str, Any]) -> int:
         self._check(spec)
-        client = self._sandboxes.agent(sandbox_id, "exec in")
+        client = await self._sandboxes.ready_agent(sandbox_id, "exec in")
+        self._sandboxes.touch(sandbox_id)
         try:
             return await client.start_process(spec)
         except AgentError as exc:
@@ -65,7 +74,7 @@ class ProcessService:
     async def events(
         self, sandbox_id: str, pid: int, after: int, follow: bool
     ) -> AsyncIterator[Event]:
-        client = self._sandboxes.agent(sandbox_id, "read process output of")
+        client = await self._sandboxes.ready_agent(sandbox_id, "read process output of")
         stream = client.events(pid, after=after, follow=follow)
         try:
             first = await anext(stream)
@@ -91,7 +100,8 @@ class ProcessService:
 
     async def call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
         """Run one non-streaming agent call (list, get, stdin, close_stdin, signal, forget)."""
-        client = self._sandboxes.agent(sandbox_id, action)
+        client = await self._sandboxes.ready_agent(sandbox_id, action)
+        self._sandboxes.touch(sandbox_id)
         try:
             return await getattr(client, method)(*args)
         except AgentError as exc:

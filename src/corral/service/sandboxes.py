@@ -1,27 +1,34 @@
-"""Sandbox lifecycle: create, get, list, kill, TTL expiry, death detection, and reconciliation.
+"""Sandboxes: records, admission, create, kill, death detection and reconciliation, plus the
+machinery every state change shares (per-sandbox locks, booting into a network slot, releasing).
 
-This is the only place that combines the runtime, the network and the store for a sandbox.
+Park, wake, fork and snapshots build on this in ``lifecycle.py``.
 
 Invariants:
-- the store is the truth: a state change is committed before it is reported; after a restart the
-  records are reconciled with what the runtime and the network really hold;
-- every lifecycle transition goes through ``require_state`` and runs under the sandbox's own lock,
-  so operations on one sandbox are serialized; admission (capacity check + insert) runs under one
-  workspace-wide lock;
+- the store is the truth: a state change is committed before it is reported; an action in flight
+  is recorded in ``operation`` first, so a daemon killed mid-way finds, at its next start, what was
+  interrupted and settles every sandbox in a true state (``reconcile``);
+- every transition goes through ``require_state`` and runs under the sandbox's own lock, so
+  operations on one sandbox are serialized; admission (capacity check + insert or reserve) runs
+  under one workspace-wide lock, so two requests never take the same free MiB;
 - a sandbox that failed to be created leaves nothing behind (no record, runtime or slot);
-- a sandbox in ``error``, ``stopped`` or ``killed`` holds no runtime or network resources.
+- a sandbox in ``error``, ``stopped`` or ``killed`` holds no runtime or network resources; a
+  ``parked`` one holds only its image on disk;
+- secret env values are handed to the sandbox at boot and never stored, logged or returned.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import secrets
+import shutil
 import string
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from corral.config import Settings
 from corral.network.base import Network, Slot
@@ -37,6 +44,7 @@ from corral.runtime.base import (
 from corral.service.capacity import CapacityModel, CapacityReport
 from corral.service.errors import (
     CorralError,
+    ExecFailed,
     InvalidRequest,
     NotFound,
     OperationFailed,
@@ -54,11 +62,23 @@ LIVE_STATES = {"creating", "running", "parked"}
 MIN_MEMORY_MIB = 64
 MIN_DISK_MIB = 32
 MIN_CPU = 0.05
+TIMEOUT_ACTIONS = ("kill", "park")
+IMAGE_COMPLETE = ".complete"
 
 
 def new_sandbox_id() -> str:
     """A fixed-width id (runsc matches container ids by prefix, so widths must not vary)."""
     return "sb-" + "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
+
+
+def image_complete(image_dir: Path | str | None) -> bool:
+    """Whether a checkpoint image was fully written (the marker is written last, fsynced)."""
+    return image_dir is not None and (Path(image_dir) / IMAGE_COMPLETE).is_file()
+
+
+def image_size_mib(image_dir: Path) -> int:
+    total = sum(p.stat().st_size for p in image_dir.rglob("*") if p.is_file())
+    return max(1, -(-total // (1024 * 1024)))
 
 
 @dataclass
@@ -70,12 +90,21 @@ class CreateRequest:
     env: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     ttl_seconds: int | None = None
+    secret_env: dict[str, str] = field(default_factory=dict)
+    on_timeout: str = "kill"
+    auto_park_idle: int | None = None
+    auto_wake: bool = False
 
 
 def require_state(record: SandboxRecord, action: str, *allowed: str) -> None:
     """The one guard of every transition: raise StateConflict unless the state allows ``action``."""
-    if record.state not in allowed:
+    if record.state not in allowed or (record.operation and record.state != "creating"):
         hint = ""
+        if record.operation and record.state in allowed:
+            raise StateConflict(
+                f"cannot {action} sandbox {record.id}: it is busy {record.operation}; "
+                "try again when that has finished"
+            )
         if record.state in {"killed", "stopped"}:
             hint = "; it is gone, create a new sandbox"
         elif record.state == "error":
@@ -86,7 +115,7 @@ def require_state(record: SandboxRecord, action: str, *allowed: str) -> None:
 
 
 class SandboxService:
-    """Owns the lifecycle of every sandbox of the workspace."""
+    """Owns the records and the live side (slot, agent client) of every sandbox."""
 
     def __init__(
         self,
@@ -98,79 +127,33 @@ class SandboxService:
         agent: AgentMount,
         connect_agent: Callable[[str, Slot], AgentClient] | None = None,
     ) -> None:
-        self._settings = settings
-        self._connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
-        self._db = db
-        self._runtime = runtime
-        self._network = network
-        self._templates = templates
+        self.settings = settings
+        self.db = db
+        self.runtime = runtime
+        self.network = network
+        self.templates = templates
         self._agent_mount = agent
-        self._capacity = CapacityModel(settings)
-        self._admission = asyncio.Lock()
+        self._connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
+        self.capacity_model = CapacityModel(settings)
+        self.admission = asyncio.Lock()
         self._locks: dict[str, asyncio.Lock] = {}
         self._slots: dict[str, Slot] = {}
         self._clients: dict[str, AgentClient] = {}
-        self._monitor: asyncio.Task[None] | None = None
-
-    # ----------------------------------------------------------------- daemon start and stop
-    async def start(self, *, monitor: bool = True) -> None:
-        await self.reconcile()
-        if monitor:
-            self._monitor = asyncio.create_task(self._monitor_loop(), name="sandbox-monitor")
-
-    async def stop(self) -> None:
-        """Stop watching; running sandboxes stay running and are re-adopted at the next start."""
-        if self._monitor:
-            self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
-        for client in self._clients.values():
-            with contextlib.suppress(Exception):
-                await client.aclose()
-        self._clients.clear()
-
-    async def reconcile(self) -> None:
-        """Make the store and the host agree after a (possibly unclean) daemon stop."""
-        adopted: set[str] = set()
-        for record in self._db.sandboxes.list(states={"creating", "running"}):
-            if record.state == "creating":
-                log.warning("sandbox %s: creation was interrupted; removing it", record.id)
-                await self._release_resources(record.id, record.slot_index)
-                self._db.sandboxes.delete(record.id)
-                continue
-            info = await self._runtime.info(record.id)
-            if info.status in (RuntimeStatus.RUNNING, RuntimeStatus.PAUSED) and (
-                record.slot_index is not None
-            ):
-                try:
-                    slot = await self._network.lease(record.slot_index)
-                except Exception as exc:
-                    await self._fail(record.id, f"re-adopting its network slot failed: {exc}")
-                    continue
-                self._slots[record.id] = slot
-                self._clients[record.id] = self._connect_agent(record.id, slot)
-                adopted.add(record.id)
-                log.info("sandbox %s: re-adopted (slot %d)", record.id, slot.index)
-            else:
-                await self._fail(
-                    record.id,
-                    f"its runtime was {info.status.value} when the daemon restarted",
-                )
-        for sandbox_id in await self._runtime.list_ids():
-            known = self._db.sandboxes.get(sandbox_id)
-            if sandbox_id not in adopted and (known is None or known.state not in LIVE_STATES):
-                log.warning("sandbox %s: removing orphaned runtime resources", sandbox_id)
-                await self._runtime.destroy(sandbox_id)
-        reap = getattr(self._network, "reap_stale", None)
-        if reap is not None:
-            await reap({self._slots[i].index for i in adopted})
+        self._busy: dict[str, int] = {}
+        self._last_active: dict[str, float] = {}
+        self._started_at = time.time()
+        # Set by the lifecycle service: wakes a parked sandbox (for auto_wake).
+        self.wake_hook: Callable[[str], Awaitable[SandboxRecord]] | None = None
 
     # ----------------------------------------------------------------------------- queries
     def capacity(self) -> CapacityReport:
-        return self._capacity.report(self._db.sandboxes.list(states=LIVE_STATES))
+        snapshots = sum(s.size_mib for s in self.db.snapshots.list())
+        return self.capacity_model.report(
+            self.db.sandboxes.list(states=LIVE_STATES), snapshot_mib=snapshots
+        )
 
     def get(self, sandbox_id: str) -> SandboxRecord:
-        record = self._db.sandboxes.get(sandbox_id)
+        record = self.db.sandboxes.get(sandbox_id)
         if record is None:
             raise NotFound(f"sandbox {sandbox_id} not found")
         return record
@@ -178,8 +161,12 @@ class SandboxService:
     async def refresh(self, sandbox_id: str) -> SandboxRecord:
         """Like ``get``, but first checks that a running sandbox's runtime is still alive."""
         record = self.get(sandbox_id)
-        if record.state == "running" and not self._lock(sandbox_id).locked():
-            await self._check_alive(record)
+        if (
+            record.state == "running"
+            and not record.operation
+            and not self.lock(sandbox_id).locked()
+        ):
+            await self.check_alive(record)
             record = self.get(sandbox_id)
         return record
 
@@ -187,22 +174,57 @@ class SandboxService:
         self, *, states: Iterable[str] | None = None, metadata: dict[str, str] | None = None
     ) -> list[SandboxRecord]:
         wanted = set(states) if states else None
-        return self._db.sandboxes.list(states=wanted, metadata=metadata)
+        return self.db.sandboxes.list(states=wanted, metadata=metadata)
 
     def agent(self, sandbox_id: str, action: str) -> AgentClient:
         """The agent client of a running sandbox, or a StateConflict that says why not."""
         record = self.get(sandbox_id)
-        require_state(record, action, "running")
+        if record.state != "running" or record.operation not in (None, "forking", "snapshotting"):
+            require_state(record, action, "running")
         client = self._clients.get(sandbox_id)
         if client is None:
             raise SandboxUnavailable(f"sandbox {sandbox_id} has no control link; try again")
         return client
 
+    async def ready_agent(self, sandbox_id: str, action: str) -> AgentClient:
+        """Like ``agent``, but first wakes a parked sandbox that asked for ``auto_wake``."""
+        record = self.get(sandbox_id)
+        if record.state == "parked" and record.auto_wake and self.wake_hook is not None:
+            await self.wake_hook(sandbox_id)
+        return self.agent(sandbox_id, action)
+
+    def touch(self, sandbox_id: str) -> None:
+        """Note activity (an exec or file call) for idle auto-park. Kept in memory: writing the
+        store on every exec would cost an fsync; after a restart the idle clock starts anew."""
+        self._last_active[sandbox_id] = time.time()
+
+    def last_active(self, record: SandboxRecord) -> float:
+        return max(
+            self._last_active.get(record.id, 0.0),
+            record.last_active_at or record.created_at,
+            self._started_at,
+        )
+
+    @contextlib.contextmanager
+    def busy(self, sandbox_id: str) -> Iterator[None]:
+        """Mark a call in flight (a long exec stream is activity the whole time it runs)."""
+        self._busy[sandbox_id] = self._busy.get(sandbox_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._busy[sandbox_id] -= 1
+            if not self._busy[sandbox_id]:
+                del self._busy[sandbox_id]
+            self.touch(sandbox_id)
+
+    def in_use(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._busy
+
     async def diagnose(self, sandbox_id: str, exc: Exception) -> CorralError:
         """Turn a failed agent call into the error a user should see (the sandbox may have died)."""
         record = self.get(sandbox_id)
-        if record.state == "running":
-            await self._check_alive(record)
+        if record.state == "running" and not record.operation:
+            await self.check_alive(record)
             record = self.get(sandbox_id)
         if record.state != "running":
             return StateConflict(
@@ -212,9 +234,10 @@ class SandboxService:
         return SandboxUnavailable(f"sandbox {sandbox_id}: its agent did not answer ({exc})")
 
     # ---------------------------------------------------------------------------- create
-    def _resolve(self, request: CreateRequest) -> tuple[float, int, int, float | None]:
-        s = self._settings
-        template = self._templates.get(request.template)
+    def resolve(self, request: CreateRequest) -> tuple[float, int, int, float | None]:
+        """Resources and expiry for a request, or InvalidRequest naming every problem."""
+        s = self.settings
+        template = self.templates.get(request.template)
         cpu = request.cpu if request.cpu is not None else template.cpu
         memory = request.memory_mib if request.memory_mib is not None else template.memory_mib
         disk = request.disk_mib if request.disk_mib is not None else template.disk_mib
@@ -230,19 +253,41 @@ class SandboxService:
         ttl = request.ttl_seconds
         if ttl is not None and not 0 < ttl <= s.max_ttl_seconds:
             problems.append(f"ttl {ttl} s is outside 1..{s.max_ttl_seconds} s")
-        for key in request.env:
+        for key in [*request.env, *request.secret_env]:
             if not key or "=" in key or "\0" in key:
                 problems.append(f"env name {key!r} is not valid")
+        both = sorted(set(request.env) & set(request.secret_env))
+        if both:
+            problems.append(f"env names given both plain and secret: {', '.join(both)}")
+        if request.on_timeout not in TIMEOUT_ACTIONS:
+            problems.append(f"on_timeout must be one of {', '.join(TIMEOUT_ACTIONS)}")
+        if request.auto_park_idle is not None and request.auto_park_idle <= 0:
+            problems.append("auto_park_idle must be a positive number of seconds")
         if problems:
             raise InvalidRequest("invalid sandbox request: " + "; ".join(problems))
         expires = time.time() + ttl if ttl else None
         return cpu, memory, disk, expires
 
+    async def admit(self, records: builtins.list[SandboxRecord]) -> None:
+        """Check capacity for new records and insert them, atomically with other admissions."""
+        async with self.admission:
+            live = self.db.sandboxes.list(states=LIVE_STATES)
+            self.capacity_model.admit(
+                live,
+                cpu=sum(r.cpu for r in records),
+                memory_mib=sum(r.memory_mib for r in records),
+                disk_mib=sum(r.disk_mib for r in records),
+                snapshot_mib=sum(s.size_mib for s in self.db.snapshots.list()),
+            )
+            for record in records:
+                self.db.sandboxes.add(record)
+
     async def create(self, request: CreateRequest) -> SandboxRecord:
-        cpu, memory, disk, expires = self._resolve(request)
-        template = self._templates.get(request.template)
-        rootfs = self._templates.rootfs(template)
+        cpu, memory, disk, expires = self.resolve(request)
+        template = self.templates.get(request.template)
+        rootfs = self.templates.rootfs(template)
         env = {**template.env, **request.env}
+        now = time.time()
         record = SandboxRecord(
             id=new_sandbox_id(),
             state="creating",
@@ -254,38 +299,24 @@ class SandboxService:
             metadata=dict(request.metadata),
             expires_at=expires,
             operation="creating",
+            secret_keys=sorted(request.secret_env),
+            on_timeout=request.on_timeout,
+            auto_park_idle=request.auto_park_idle,
+            auto_wake=request.auto_wake,
+            last_active_at=now,
         )
-        async with self._admission:
-            live = self._db.sandboxes.list(states=LIVE_STATES)
-            self._capacity.admit(live, cpu=cpu, memory_mib=memory, disk_mib=disk)
-            self._db.sandboxes.add(record)
-        async with self._lock(record.id):
-            slot: Slot | None = None
+        await self.admit([record])
+        async with self.lock(record.id):
             try:
-                slot = await self._network.lease()
-                self._db.sandboxes.update(record.id, slot_index=slot.index)
-                await self._network.prepare(slot)
-                spec = self._spec(record, rootfs, slot, env)
-                await self._runtime.start(spec)
-                client = self._connect_agent(record.id, slot)
-                try:
-                    await client.wait_ready(self._settings.agent_ready_timeout)
-                except BaseException:
-                    await client.aclose()
-                    raise
-                self._slots[record.id] = slot
-                self._clients[record.id] = client
-            except BaseException as exc:
-                log.error("sandbox %s: creation failed: %s", record.id, exc)
-                await self._release_resources(record.id, slot.index if slot else None, slot)
-                self._db.sandboxes.delete(record.id)
-                if isinstance(exc, CorralError | asyncio.CancelledError):
-                    raise
-                raise OperationFailed(f"creating sandbox {record.id} failed: {exc}") from exc
-            return self._db.sandboxes.update(record.id, state="running", operation=None)
+                await self.boot(record, rootfs, {**env, **request.secret_env})
+            except BaseException:
+                self.db.sandboxes.delete(record.id)
+                raise
+            return self.db.sandboxes.update(record.id, state="running", operation=None)
 
-    def _spec(
-        self, record: SandboxRecord, rootfs: object, slot: Slot, env: dict[str, str]
+    # ------------------------------------------------------------------------ boot machinery
+    def spec_for(
+        self, record: SandboxRecord, rootfs: Path, slot: Slot, env: dict[str, str]
     ) -> SandboxSpec:
         agent = AgentMount(
             mounts=self._agent_mount.mounts,
@@ -294,17 +325,90 @@ class SandboxService:
         )
         return SandboxSpec(
             sandbox_id=record.id,
-            rootfs=rootfs,  # type: ignore[arg-type]
+            rootfs=rootfs,
             resources=Resources(
                 cpu=record.cpu,
                 memory_mib=record.memory_mib,
                 disk_mib=record.disk_mib,
-                pids=self._settings.default_pids,
+                pids=self.settings.default_pids,
             ),
             agent=agent,
             netns_path=slot.netns_path,
             annotations={"corral.template": record.template},
         )
+
+    async def boot(
+        self,
+        record: SandboxRecord,
+        rootfs: Path,
+        env: dict[str, str],
+        *,
+        image_dir: Path | None = None,
+    ) -> None:
+        """Give ``record`` a slot, start it (or restore ``image_dir`` into it) and connect to its
+        agent. On failure everything this call made is released and OperationFailed is raised;
+        the record itself is left to the caller."""
+        slot: Slot | None = None
+        verb = "restoring" if image_dir else "creating"
+        try:
+            slot = await self.network.lease()
+            self.db.sandboxes.update(record.id, slot_index=slot.index)
+            await self.network.prepare(slot)
+            spec = self.spec_for(record, rootfs, slot, env)
+            if image_dir is None:
+                await self.runtime.start(spec)
+            else:
+                await self.runtime.restore(spec, image_dir)
+            client = self._connect_agent(record.id, slot)
+            try:
+                await client.wait_ready(self.settings.agent_ready_timeout)
+            except BaseException:
+                await client.aclose()
+                raise
+            self._slots[record.id] = slot
+            self._clients[record.id] = client
+        except BaseException as exc:
+            log.error("sandbox %s: %s failed: %s", record.id, verb, exc)
+            await self.release_resources(record.id, slot.index if slot else None, slot)
+            with contextlib.suppress(KeyError):
+                self.db.sandboxes.update(record.id, slot_index=None)
+            if isinstance(exc, CorralError | asyncio.CancelledError):
+                raise
+            raise OperationFailed(f"{verb} sandbox {record.id} failed: {exc}") from exc
+
+    async def detach(self, sandbox_id: str) -> None:
+        """Forget the live side of a sandbox whose runtime has already stopped (after a park):
+        close its agent client and give its slot back. Runtime files are kept."""
+        client = self._clients.pop(sandbox_id, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        slot = self._slots.pop(sandbox_id, None)
+        if slot is not None:
+            try:
+                await self.network.release(slot)
+            except Exception as exc:
+                log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
+
+    async def adopt(self, record: SandboxRecord) -> bool:
+        """Re-attach to a sandbox that kept running while the daemon was away."""
+        if record.slot_index is None:
+            return False
+        try:
+            slot = await self.network.lease(record.slot_index)
+        except Exception as exc:
+            log.error(
+                "sandbox %s: re-adopting slot %s failed: %s", record.id, record.slot_index, exc
+            )
+            return False
+        self._slots[record.id] = slot
+        self._clients[record.id] = self._connect_agent(record.id, slot)
+        log.info("sandbox %s: re-adopted (slot %d)", record.id, slot.index)
+        return True
+
+    def slot_index_of(self, sandbox_id: str) -> int | None:
+        slot = self._slots.get(sandbox_id)
+        return slot.index if slot else None
 
     # ------------------------------------------------------------------------------ kill
     async def kill(self, sandbox_id: str) -> None:
@@ -312,24 +416,32 @@ class SandboxService:
         record = self.get(sandbox_id)
         if record.state == "killed":
             return
-        async with self._lock(sandbox_id):
+        async with self.lock(sandbox_id):
             record = self.get(sandbox_id)
             if record.state == "killed":
                 return
-            require_state(record, "kill", "creating", "running", "parked", "stopped", "error")
-            self._db.sandboxes.update(sandbox_id, operation="killing")
-            await self._release_resources(sandbox_id, record.slot_index)
-            self._db.sandboxes.update(sandbox_id, state="killed", operation=None, slot_index=None)
+            self.db.sandboxes.update(sandbox_id, operation="killing")
+            await self.release_resources(sandbox_id, record.slot_index)
+            if record.image_path:
+                shutil.rmtree(record.image_path, ignore_errors=True)
+            self.db.sandboxes.update(
+                sandbox_id,
+                state="killed",
+                operation=None,
+                slot_index=None,
+                image_path=None,
+                image_mib=0,
+            )
         self._locks.pop(sandbox_id, None)
 
-    # ------------------------------------------------------------------------------ internals
-    def _lock(self, sandbox_id: str) -> asyncio.Lock:
+    # ------------------------------------------------------------------------------ shared
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
         lock = self._locks.get(sandbox_id)
         if lock is None:
             lock = self._locks[sandbox_id] = asyncio.Lock()
         return lock
 
-    async def _release_resources(
+    async def release_resources(
         self, sandbox_id: str, slot_index: int | None, slot: Slot | None = None
     ) -> None:
         """Destroy the runtime and release the slot; never raises (logs what failed)."""
@@ -338,41 +450,41 @@ class SandboxService:
             with contextlib.suppress(Exception):
                 await client.aclose()
         try:
-            await self._runtime.destroy(sandbox_id)
+            await self.runtime.destroy(sandbox_id)
         except Exception as exc:
             log.error("sandbox %s: destroying runtime failed: %s", sandbox_id, exc)
         slot = self._slots.pop(sandbox_id, None) or slot
         if slot is None and slot_index is not None:
             with contextlib.suppress(Exception):
-                slot = await self._network.lease(slot_index)
+                slot = await self.network.lease(slot_index)
         if slot is not None:
             try:
-                await self._network.release(slot)
+                await self.network.release(slot)
             except Exception as exc:
                 log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
 
-    async def _fail(self, sandbox_id: str, reason: str) -> None:
+    async def fail(self, sandbox_id: str, reason: str) -> None:
         """Record that a sandbox died, and free what it held."""
-        record = self._db.sandboxes.get(sandbox_id)
+        record = self.db.sandboxes.get(sandbox_id)
         if record is None:
             return
         log.error("sandbox %s: %s", sandbox_id, reason)
-        await self._release_resources(sandbox_id, record.slot_index)
-        self._db.sandboxes.update(
+        await self.release_resources(sandbox_id, record.slot_index)
+        self.db.sandboxes.update(
             sandbox_id, state="error", error=reason, operation=None, slot_index=None
         )
 
-    async def _check_alive(self, record: SandboxRecord) -> None:
+    async def check_alive(self, record: SandboxRecord) -> None:
         try:
-            info = await self._runtime.info(record.id)
+            info = await self.runtime.info(record.id)
         except RuntimeFailure as exc:
             log.warning("sandbox %s: runtime status unknown: %s", record.id, exc)
             return
         if info.status in (RuntimeStatus.RUNNING, RuntimeStatus.PAUSED):
             return
-        async with self._lock(record.id):
+        async with self.lock(record.id):
             current = self.get(record.id)
-            if current.state != "running":
+            if current.state != "running" or current.operation:
                 return
             if info.oom_killed:
                 reason = (
@@ -383,28 +495,13 @@ class SandboxService:
                 reason = f"the sandbox's runtime stopped unexpectedly ({info.status.value})"
             if info.detail:
                 reason += f": {info.detail}"
-            await self._fail(record.id, reason)
+            await self.fail(record.id, reason)
 
-    async def _monitor_loop(self) -> None:
-        health_every = 3.0
-        last_health = 0.0
-        while True:
-            try:
-                now = time.time()
-                for record in self._db.sandboxes.list(states=LIVE_STATES):
-                    if record.expires_at is not None and record.expires_at <= now:
-                        log.info("sandbox %s: TTL ran out; killing it", record.id)
-                        await self.kill(record.id)
-                if time.monotonic() - last_health >= health_every:
-                    last_health = time.monotonic()
-                    for record in self._db.sandboxes.list(states={"running"}):
-                        if not self._lock(record.id).locked():
-                            await self._check_alive(record)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sandbox monitor pass failed")
-            await asyncio.sleep(1.0)
+    async def close_clients(self) -> None:
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        self._clients.clear()
 
 
 def translate_agent_error(sandbox_id: str, exc: AgentError) -> CorralError:
@@ -414,12 +511,10 @@ def translate_agent_error(sandbox_id: str, exc: AgentError) -> CorralError:
     if code == "not_found":
         return NotFound(message)
     if code == "exec_failed":
-        from corral.service.errors import ExecFailed
-
         return ExecFailed(message)
     if code in {"bad_request", "is_a_directory", "not_a_directory", "exists", "no_space"}:
         return InvalidRequest(message, code=code)
-    if code in {"conflict"}:
+    if code == "conflict":
         return StateConflict(message)
     if code == "permission_denied":
         return InvalidRequest(message, code=code)

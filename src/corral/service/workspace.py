@@ -17,9 +17,12 @@ from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
 from corral.service.files import FileService
+from corral.service.lifecycle import LifecycleService
 from corral.service.processes import ProcessService
 from corral.service.sandboxes import SandboxService
+from corral.service.snapshots import SnapshotService
 from corral.service.templates import TemplateService
+from corral.service.transfer import TransferService
 from corral.storage import Database
 
 log = logging.getLogger("corral.workspace")
@@ -36,6 +39,9 @@ class Workspace:
     sandboxes: SandboxService
     processes: ProcessService
     files: FileService
+    lifecycle: LifecycleService
+    snapshots: SnapshotService
+    transfer: TransferService
 
     @classmethod
     def build(
@@ -51,6 +57,8 @@ class Workspace:
         images = ImageStore(settings.images_path)
         templates = TemplateService(db, images, settings)
         sandboxes = SandboxService(settings, db, runtime, network, templates, agent, connect_agent)
+        lifecycle = LifecycleService(sandboxes)
+        snapshots = SnapshotService(sandboxes, lifecycle)
         return cls(
             settings=settings,
             db=db,
@@ -59,6 +67,9 @@ class Workspace:
             sandboxes=sandboxes,
             processes=ProcessService(sandboxes),
             files=FileService(sandboxes),
+            lifecycle=lifecycle,
+            snapshots=snapshots,
+            transfer=TransferService(sandboxes, lifecycle, snapshots),
         )
 
     @classmethod
@@ -77,8 +88,9 @@ class Workspace:
     async def start(self) -> None:
         self.api_keys.ensure_admin_key(self.settings.admin_key_path)
         self.templates.sync()
-        await self.sandboxes.start()
+        await self.snapshots.start()
+        await self.lifecycle.start()
 
     async def stop(self) -> None:
-        await self.sandboxes.stop()
+        await self.lifecycle.stop()
         self.db.close()

@@ -144,7 +144,7 @@ async def test_restart_readopts_and_cleans_interrupted(harness: Harness) -> None
     ws = harness.workspace
     alive = await ws.sandboxes.create(CreateRequest())
     dead = await ws.sandboxes.create(CreateRequest())
-    await ws.sandboxes.stop()
+    await ws.lifecycle.stop()
     harness.runtime.crash(dead.id)
     # A create interrupted by a crash: record in 'creating' with a runtime left behind.
     ws.db.sandboxes.update(alive.id, state="running")

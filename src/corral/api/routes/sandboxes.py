@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
 
 from corral.api import schemas
-from corral.api.deps import SandboxesDep
+from corral.api.deps import SandboxesDep, WorkspaceDep
 from corral.service.errors import InvalidRequest
 from corral.service.sandboxes import CreateRequest
 from corral.storage import SandboxRecord
@@ -28,23 +29,33 @@ def to_schema(record: SandboxRecord) -> schemas.Sandbox:
         created_at=record.created_at,
         expires_at=record.expires_at,
         error=record.error,
+        secret_env_keys=record.secret_keys,
+        on_timeout=record.on_timeout,
+        auto_park_idle=record.auto_park_idle,
+        auto_wake=record.auto_wake,
+        parent_id=record.parent_id,
+        image_mib=record.image_mib,
     )
 
 
 @router.post("", operation_id="create_sandbox", status_code=201, response_model=schemas.Sandbox)
-async def create_sandbox(body: schemas.SandboxCreate, sandboxes: SandboxesDep) -> schemas.Sandbox:
-    record = await sandboxes.create(
-        CreateRequest(
-            template=body.template,
-            cpu=body.cpu,
-            memory_mib=body.memory_mib,
-            disk_mib=body.disk_mib,
-            env=body.env,
-            metadata=body.metadata,
-            ttl_seconds=body.ttl_seconds,
-        )
+async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schemas.Sandbox:
+    request = CreateRequest(
+        template=body.template,
+        cpu=body.cpu,
+        memory_mib=body.memory_mib,
+        disk_mib=body.disk_mib,
+        env=body.env,
+        metadata=body.metadata,
+        ttl_seconds=body.ttl_seconds,
+        secret_env=body.secret_env,
+        on_timeout=body.on_timeout,
+        auto_park_idle=body.auto_park_idle,
+        auto_wake=body.auto_wake,
     )
-    return to_schema(record)
+    if body.snapshot is not None:
+        return to_schema(await ws.snapshots.restore(body.snapshot, request))
+    return to_schema(await ws.sandboxes.create(request))
 
 
 @router.get("", operation_id="list_sandboxes", response_model=schemas.SandboxList)
@@ -72,3 +83,35 @@ async def get_sandbox(sandbox_id: str, sandboxes: SandboxesDep) -> schemas.Sandb
 async def kill_sandbox(sandbox_id: str, sandboxes: SandboxesDep) -> Response:
     await sandboxes.kill(sandbox_id)
     return Response(status_code=204)
+
+
+@router.post("/{sandbox_id}/park", operation_id="park_sandbox", response_model=schemas.Sandbox)
+async def park_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
+    return to_schema(await ws.lifecycle.park(sandbox_id))
+
+
+@router.post("/{sandbox_id}/wake", operation_id="wake_sandbox", response_model=schemas.Sandbox)
+async def wake_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
+    return to_schema(await ws.lifecycle.wake(sandbox_id))
+
+
+@router.post(
+    "/{sandbox_id}/fork",
+    operation_id="fork_sandbox",
+    status_code=201,
+    response_model=schemas.SandboxList,
+)
+async def fork_sandbox(
+    sandbox_id: str, body: schemas.ForkRequest, ws: WorkspaceDep
+) -> schemas.SandboxList:
+    records = await ws.lifecycle.fork(sandbox_id, body.count)
+    return schemas.SandboxList(sandboxes=[to_schema(r) for r in records])
+
+
+@router.get(
+    "/{sandbox_id}/export",
+    operation_id="export_sandbox",
+    responses={200: {"content": {"application/x-tar": {}}}},
+)
+async def export_sandbox(sandbox_id: str, ws: WorkspaceDep) -> StreamingResponse:
+    return StreamingResponse(ws.transfer.export_sandbox(sandbox_id), media_type="application/x-tar")

@@ -1,0 +1,337 @@
+"""Snapshots: saved sandbox states that new sandboxes restore from, any number of times.
+
+A ``memory`` snapshot is a runtime checkpoint taken with the sandbox left running: sandboxes
+restored from it continue with its processes. An ``fs`` snapshot holds only files: those changed
+since the template's image was made (a tar made inside the sandbox) and the list of the image's
+paths that were deleted; restoring boots the template fresh and applies both.
+
+Images live in ``<data>/snapshots/<name>``, written as ``<name>.partial`` and sealed (see
+``lifecycle.seal_image``); a record stays ``creating`` until its image is sealed, so a crash never
+leaves a snapshot that looks usable but is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.runtime.agent_client import AgentClient, AgentError
+from corral.runtime.base import RuntimeFailure
+from corral.service.errors import (
+    CapacityExceeded,
+    InvalidRequest,
+    NotFound,
+    OperationFailed,
+    StateConflict,
+)
+from corral.service.lifecycle import LifecycleService, refuse_secrets, seal_image
+from corral.service.sandboxes import (
+    CreateRequest,
+    SandboxService,
+    image_complete,
+    image_size_mib,
+    new_sandbox_id,
+    require_state,
+)
+from corral.storage import SandboxRecord, SnapshotRecord
+
+log = logging.getLogger("corral.snapshots")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+FS_ARCHIVE = "files.tar"
+FS_DELETED = "deleted.json"
+RESTORE_TAR = "/tmp/.corral-restore.tar"
+PRUNE = ("/proc", "/sys", "/dev", "/.corral", "/run")
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise InvalidRequest(
+            f"snapshot name {name!r} is not valid: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+async def run_collect(client: AgentClient, cmd: list[str], sink: Any, what: str) -> None:
+    """Run ``cmd`` in the sandbox, writing its stdout to ``sink``; raise with its stderr."""
+    stderr = b""
+    exit_code: int | None = None
+    try:
+        async for event in client.stream_process({"cmd": cmd}):
+            kind = event.get("type")
+            if kind == "stdout":
+                await asyncio.to_thread(sink.write, base64.b64decode(event["data"]))
+            elif kind == "stderr":
+                stderr = (stderr + base64.b64decode(event["data"]))[-2000:]
+            elif kind == "exit":
+                exit_code = event.get("exit_code")
+    except AgentError as exc:
+        raise OperationFailed(f"{what}: {exc}") from exc
+    if exit_code != 0:
+        raise OperationFailed(
+            f"{what}: {cmd[0]} exited {exit_code}: {stderr.decode(errors='replace').strip()}"
+        )
+
+
+class SnapshotService:
+    def __init__(self, sandboxes: SandboxService, lifecycle: LifecycleService) -> None:
+        self.sb = sandboxes
+        self.lifecycle = lifecycle
+        self.db = sandboxes.db
+        self.dir = sandboxes.settings.data_dir / "snapshots"
+
+    async def start(self) -> None:
+        """Drop snapshots whose image was never sealed (a crash while snapshotting)."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for record in self.db.snapshots.list():
+            if record.state != "ready" or not image_complete(record.image_path):
+                log.warning("snapshot %s: incomplete after a restart; removing it", record.name)
+                shutil.rmtree(record.image_path, ignore_errors=True)
+                self.db.snapshots.delete(record.name)
+        for partial in self.dir.glob("*.partial"):
+            shutil.rmtree(partial, ignore_errors=True)
+
+    def list(self) -> list[SnapshotRecord]:
+        return [s for s in self.db.snapshots.list() if s.state == "ready"]
+
+    def get(self, name: str) -> SnapshotRecord:
+        record = self.db.snapshots.get(name)
+        if record is None or record.state != "ready":
+            raise NotFound(f"snapshot {name!r} not found")
+        return record
+
+    async def remove(self, name: str) -> None:
+        record = self.get(name)
+        self.db.snapshots.delete(name)
+        await asyncio.to_thread(shutil.rmtree, record.image_path, True)
+
+    # ---------------------------------------------------------------------------- take
+    async def take(
+        self, sandbox_id: str, name: str, *, fs_only: bool = False, allow_secrets: bool = False
+    ) -> SnapshotRecord:
+        check_name(name)
+        async with self.sb.lock(sandbox_id):
+            source = self.sb.get(sandbox_id)
+            require_state(source, "snapshot", "running")
+            if not fs_only:
+                refuse_secrets(source, "memory snapshot")
+            elif source.secret_keys and not allow_secrets:
+                raise StateConflict(
+                    f"sandbox {sandbox_id} holds secrets ({', '.join(source.secret_keys)}); its "
+                    "files may contain them too. Pass allow_secrets (--allow-secrets) to take a "
+                    "filesystem-only snapshot anyway",
+                    code="secret_bearing",
+                )
+            if self.db.snapshots.get(name) is not None:
+                raise StateConflict(f"snapshot {name!r} already exists; remove it or pick another")
+            await self._check_space(source, fs_only)
+            partial, final = self.dir / f"{name}.partial", self.dir / name
+            shutil.rmtree(partial, ignore_errors=True)
+            record = SnapshotRecord(
+                name=name,
+                state="creating",
+                kind="fs" if fs_only else "memory",
+                source_id=source.id,
+                template=source.template,
+                cpu=source.cpu,
+                memory_mib=source.memory_mib,
+                disk_mib=source.disk_mib,
+                env=dict(source.env),
+                image_path=str(final),
+                created_at=time.time(),
+            )
+            self.db.snapshots.add(record)
+            self.db.sandboxes.update(sandbox_id, operation="snapshotting")
+            try:
+                if fs_only:
+                    await self._capture_files(source, partial)
+                else:
+                    self.lifecycle.crash_point("snapshot:before-checkpoint")
+                    await self.sb.runtime.checkpoint(sandbox_id, partial, leave_running=True)
+                self.lifecycle.crash_point("snapshot:after-checkpoint")
+                await asyncio.to_thread(seal_image, partial, final)
+            except BaseException as exc:
+                shutil.rmtree(partial, ignore_errors=True)
+                self.db.snapshots.delete(name)
+                if isinstance(exc, RuntimeFailure):
+                    raise OperationFailed(f"snapshotting sandbox {sandbox_id}: {exc}") from exc
+                raise
+            finally:
+                with contextlib.suppress(KeyError):
+                    self.db.sandboxes.update(sandbox_id, operation=None)
+            size = await asyncio.to_thread(image_size_mib, final)
+            log.info(
+                "sandbox %s: snapshot %s taken (%s, %d MiB)", sandbox_id, name, record.kind, size
+            )
+            return self.db.snapshots.update(name, state="ready", size_mib=size)
+
+    async def _check_space(self, source: SandboxRecord, fs_only: bool) -> None:
+        used = source.disk_mib
+        with contextlib.suppress(RuntimeFailure):
+            used = await self.sb.runtime.disk_usage_mib(source.id)
+        estimate = used if fs_only else source.memory_mib + used
+        host_free = shutil.disk_usage(self.dir).free // (1024 * 1024)
+        free = min(host_free, int(self.sb.capacity().disk.free))
+        if estimate > free:
+            raise CapacityExceeded(
+                f"cannot snapshot sandbox {source.id}: the image may take up to {estimate} MiB "
+                f"of disk and only {free} MiB is free"
+            )
+
+    async def _capture_files(self, source: SandboxRecord, partial: Path) -> None:
+        """Tar the files changed since the template's image, and list deleted image paths."""
+        client = self.sb.agent(source.id, "snapshot")
+        template = self.sb.templates.get(source.template)
+        rootfs = self.sb.templates.rootfs(template)
+        since = int((rootfs.parent / "image.json").stat().st_mtime) + 1
+        partial.mkdir(parents=True)
+        prune: list[str] = []
+        for path in PRUNE:
+            prune += ["-path", path, "-prune", "-o"]
+        find_changed = ["find", "/", "-xdev", *prune, "-newermt", f"@{since}", "-print0"]
+        what = f"snapshotting the files of sandbox {source.id}"
+        script = (
+            " ".join(_quote(a) for a in find_changed)
+            + " | tar --null --no-recursion -T - -cpf - 2>/dev/null; exit 0"
+        )
+        with open(partial / FS_ARCHIVE, "wb") as sink:
+            await run_collect(client, ["/bin/sh", "-c", script], sink, what)
+            sink.flush()
+            os.fsync(sink.fileno())
+        listing = _Collector()
+        await run_collect(client, ["find", "/", "-xdev", *prune, "-print0"], listing, what)
+        present = {p for p in listing.data.split(b"\0") if p}
+        deleted = await asyncio.to_thread(_deleted_paths, rootfs, present)
+        (partial / FS_DELETED).write_text(json.dumps(deleted))
+
+    # ------------------------------------------------------------------------- restore
+    async def restore(self, name: str, request: CreateRequest) -> SandboxRecord:
+        """A new sandbox from a snapshot. A memory snapshot keeps its resources (its processes
+        were sized for them); cpu may be changed, and metadata, ttl and lifecycle options apply."""
+        snapshot = self.get(name)
+        if snapshot.kind == "fs":
+            request.template = snapshot.template
+            request.env = {**snapshot.env, **request.env}
+            request.memory_mib = request.memory_mib or snapshot.memory_mib
+            request.disk_mib = request.disk_mib or snapshot.disk_mib
+            record = await self.sb.create(request)
+            try:
+                await self._apply_files(record, Path(snapshot.image_path))
+            except BaseException:
+                await self.sb.kill(record.id)
+                raise
+            return self.sb.get(record.id)
+        request.template = snapshot.template
+        if request.memory_mib not in (None, snapshot.memory_mib):
+            raise InvalidRequest(
+                f"snapshot {name!r} holds a memory image of a {snapshot.memory_mib} MiB sandbox; "
+                "its memory cannot be changed"
+            )
+        request.memory_mib = snapshot.memory_mib
+        request.disk_mib = request.disk_mib or snapshot.disk_mib
+        request.cpu = request.cpu or snapshot.cpu
+        if request.secret_env:
+            raise InvalidRequest("secret env cannot be given to a sandbox restored from memory")
+        cpu, memory, disk, expires = self.sb.resolve(request)
+        now = time.time()
+        record = SandboxRecord(
+            id=new_sandbox_id(),
+            state="creating",
+            template=snapshot.template,
+            cpu=cpu,
+            memory_mib=memory,
+            disk_mib=disk,
+            env={**snapshot.env, **request.env},
+            metadata=dict(request.metadata),
+            created_at=now,
+            expires_at=expires,
+            operation="restoring",
+            on_timeout=request.on_timeout,
+            auto_park_idle=request.auto_park_idle,
+            auto_wake=request.auto_wake,
+            parent_id=snapshot.source_id,
+            last_active_at=now,
+        )
+        await self.sb.admit([record])
+        rootfs = self.sb.templates.rootfs(self.sb.templates.get(snapshot.template))
+        async with self.sb.lock(record.id):
+            try:
+                await self.sb.boot(record, rootfs, record.env, image_dir=Path(snapshot.image_path))
+            except BaseException:
+                self.db.sandboxes.delete(record.id)
+                raise
+            record = self.db.sandboxes.update(record.id, state="running", operation=None)
+        if request.env:
+            client = self.sb.agent(record.id, "configure")
+            with contextlib.suppress(AgentError):
+                await client.set_env(record.env)
+        return record
+
+    async def _apply_files(self, record: SandboxRecord, image: Path) -> None:
+        client = self.sb.agent(record.id, "restore files into")
+        what = f"restoring files into sandbox {record.id}"
+        archive = image / FS_ARCHIVE
+        if archive.stat().st_size:
+            await client.write_file(RESTORE_TAR, _read_chunks(archive), mode=0o600, parents=True)
+            await run_collect(
+                client,
+                ["/bin/sh", "-c", f"tar -C / -xpf {RESTORE_TAR} && rm -f {RESTORE_TAR}"],
+                _Collector(),
+                what,
+            )
+        for path in json.loads((image / FS_DELETED).read_text()):
+            with contextlib.suppress(AgentError):
+                await client.remove(os.fsdecode(base64.b64decode(path)), True)
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, chunk: bytes) -> None:
+        self.data += chunk
+
+
+async def _read_chunks(path: Path, size: int = 1 << 20) -> Any:
+    with open(path, "rb") as handle:
+        while chunk := await asyncio.to_thread(handle.read, size):
+            yield chunk
+
+
+def _quote(arg: str) -> str:
+    return "'" + arg.replace("'", "'\\''") + "'"
+
+
+def _deleted_paths(rootfs: Path, present: set[bytes]) -> list[str]:
+    """Image paths missing in the sandbox (base64 of the raw bytes), parents before children."""
+    root = os.fsencode(rootfs)
+    deleted: list[str] = []
+    pruned = tuple(os.fsencode(p) for p in PRUNE)
+    for directory, dirs, files in os.walk(root):
+        rel_dir = directory[len(root) :] or b"/"
+        if rel_dir.startswith(pruned):
+            dirs[:] = []
+            continue
+        kept = []
+        for name in dirs:
+            path = os.path.join(rel_dir, name)
+            if path in present:
+                kept.append(name)
+            elif not path.startswith(pruned):
+                deleted.append(base64.b64encode(path).decode())
+        dirs[:] = kept
+        for name in files:
+            path = os.path.join(rel_dir, name)
+            if path not in present:
+                deleted.append(base64.b64encode(path).decode())
+    return deleted
