@@ -32,14 +32,9 @@ def serve(
 
 
 def _daemon_entry_point() -> Callable[..., None]:
-    """The daemon's `serve(data_dir=, listen=)`: `corral.service.daemon` where the design puts
-    it, else `corral.api.server` where it lives today."""
-    try:
-        from corral.service.daemon import serve as run_daemon
-    except ModuleNotFoundError as exc:
-        if exc.name != "corral.service.daemon":
-            raise
-        from corral.api.server import serve as run_daemon
+    """The daemon's ``serve(data_dir=, listen=)``, imported only when serving."""
+    from corral.api.server import serve as run_daemon
+
     return run_daemon
 
 
