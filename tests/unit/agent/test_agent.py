@@ -515,8 +515,9 @@ async def test_agent_dying_mid_stream_raises_agent_unavailable(agent: LocalAgent
     with pytest.raises(AgentUnavailable, match="unavailable") as info:
         async for event in agent.client.events(pid, follow=True):
             if event["type"] == "stdout":
-                os.killpg(pid, signal.SIGKILL)
+                # The agent first: killed second, it could still send the exit event.
                 os.kill(agent.pid, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)
     assert isinstance(info.value.__cause__, httpx.TransportError)
     assert (info.value.code, info.value.status) == ("unavailable", None)
 
@@ -530,3 +531,21 @@ async def test_foreign_error_answers_become_agent_errors() -> None:
             await client.stat("/etc")
     assert (info.value.code, info.value.status) == ("internal", 502)
     assert "stat '/etc'" in str(info.value)
+
+
+async def test_programs_are_found_on_the_childs_path_and_run_in_their_cwd(
+    agent: LocalAgent, tmp_path: Path
+) -> None:
+    tool = tmp_path / "bin" / "corral-test-tool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho tool in $(pwd)\n")
+    tool.chmod(0o755)
+    (tmp_path / "bin" / "not-executable").write_text("#!/bin/sh\n")
+    env = {"PATH": f"/nonexistent:{tool.parent}:/usr/bin:/bin"}
+    here = await run(agent.client, cmd=["corral-test-tool"], env=env)
+    assert (here.stdout, here.exit["exit_code"]) == (b"tool in /\n", 0)
+    there = await run(agent.client, cmd=["corral-test-tool"], env=env, cwd=str(tmp_path))
+    assert there.stdout == f"tool in {tmp_path}\n".encode()
+    with pytest.raises(AgentError) as denied:
+        await run(agent.client, cmd=["not-executable"], env=env)
+    assert denied.value.code == "exec_failed" and "Permission denied" in str(denied.value)
