@@ -1,0 +1,208 @@
+"""The phases of creating a sandbox, timed by driving the mechanisms directly (no daemon).
+
+Each run does what ``SandboxService.create`` and ``GVisorRuntime.start`` do, in the same order
+and with the same mechanisms, but stamps the clock between the phases:
+
+    lease     SlotNetwork.lease (namespaces, veths, nftables of a slot)
+    prepare   SlotNetwork.prepare (eth0's inner address and route)
+    disk      create_disk (sparse image, mkfs.ext4, loop mount)
+    bundle    render_config + write_config
+    run       runsc run -detach (returns once the agent process was started)
+    state     runsc state (the check that it is running)
+    ready     the agent answers /health (AgentClient.wait_ready)
+    echo      POST /processes?stream=true of `echo hi` until its stdout event
+
+The phases run one after the other here even where the service overlaps them, so each is seen
+on its own. Also measured: ``python -X importtime`` of the agent inside a sandbox (top imports).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from corral.network.slots import SlotNetwork
+from corral.runtime.agent_client import AgentClient
+from corral.runtime.base import Resources, SandboxSpec
+from corral.runtime.bundle import render_config, write_config
+from corral.runtime.cgroups import SandboxCgroups
+from corral.runtime.disk import create_disk, remove_disk
+from corral.runtime.inject import host_agent_mount
+from corral.runtime.reaper import become_subreaper
+from corral.runtime.runsc import NetworkMode, RunscOptions, RunscRunner
+
+PHASES = ("lease", "prepare", "disk", "bundle", "run", "state", "ready", "echo")
+
+
+class Stamps:
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.phases[phase] = (now - self.last) * 1000
+        self.last = now
+
+
+async def _one(
+    network: SlotNetwork, runsc: RunscRunner, cgroups: SandboxCgroups, work: Path, rootfs: Path
+) -> dict[str, float]:
+    sid = "bd-" + secrets.token_hex(5)
+    cid = f"{sid}-0001"
+    sdir = work / sid
+    sdir.mkdir()
+    stamps = Stamps()
+    slot = await network.lease()
+    stamps.mark("lease")
+    try:
+        await network.prepare(slot)
+        stamps.mark("prepare")
+        await create_disk(sdir / "disk.img", sdir / "disk", 1024)
+        stamps.mark("disk")
+        spec = SandboxSpec(
+            sandbox_id=sid,
+            rootfs=rootfs,
+            resources=Resources(cpu=1, memory_mib=512, disk_mib=1024),
+            agent=host_agent_mount(),
+            netns_path=slot.netns_path,
+        )
+        write_config(sdir / "bundle", render_config(spec, cgroups_path=cgroups.path_for(cid)))
+        stamps.mark("bundle")
+        await runsc.run(
+            cid,
+            sdir / "bundle",
+            network=NetworkMode(slot.netns_path),
+            overlay_dir=sdir / "disk",
+            log_path=sdir / "console.log",
+        )
+        stamps.mark("run")
+        await runsc.state(cid)
+        stamps.mark("state")
+        async with AgentClient(slot.host_address) as client:
+            await client.wait_ready(20)
+            stamps.mark("ready")
+            stream = client.stream_process({"cmd": ["echo", "hi"]})
+            async for event in stream:
+                if event["type"] == "stdout":
+                    stamps.mark("echo")
+                    break
+            await stream.aclose()
+    finally:
+        await runsc.delete_force(cid)
+        cgroups.remove(cid)
+        await remove_disk(sdir / "disk.img", sdir / "disk")
+        await network.release(slot)
+        shutil.rmtree(sdir, ignore_errors=True)
+    return stamps.phases
+
+
+async def _importtime(
+    network: SlotNetwork, runsc: RunscRunner, cgroups: SandboxCgroups, work: Path, rootfs: Path
+) -> str:
+    """Boot one sandbox and run the agent's own interpreter with -X importtime on agent.py."""
+    sid = "bd-" + secrets.token_hex(5)
+    cid = f"{sid}-0001"
+    sdir = work / sid
+    sdir.mkdir()
+    slot = await network.lease()
+    try:
+        await network.prepare(slot)
+        await create_disk(sdir / "disk.img", sdir / "disk", 1024)
+        mount = host_agent_mount()
+        spec = SandboxSpec(
+            sandbox_id=sid,
+            rootfs=rootfs,
+            resources=Resources(cpu=1, memory_mib=512, disk_mib=1024),
+            agent=mount,
+            netns_path=slot.netns_path,
+        )
+        write_config(sdir / "bundle", render_config(spec, cgroups_path=cgroups.path_for(cid)))
+        await runsc.run(
+            cid,
+            sdir / "bundle",
+            network=NetworkMode(slot.netns_path),
+            overlay_dir=sdir / "disk",
+            log_path=sdir / "console.log",
+        )
+        async with AgentClient(slot.host_address) as client:
+            await client.wait_ready(20)
+            # Same interpreter and flags as the agent; a second port so it does not collide.
+            argv = [*mount.argv[:-1], "-X", "importtime", "-c", _IMPORT_PROBE, mount.argv[-1]]
+            out: list[bytes] = []
+            async for event in client.stream_process({"cmd": argv}):
+                if event["type"] in ("stdout", "stderr"):
+                    out.append(base64.b64decode(event["data"]))
+        return b"".join(out).decode(errors="replace")
+    finally:
+        await runsc.delete_force(cid)
+        cgroups.remove(cid)
+        await remove_disk(sdir / "disk.img", sdir / "disk")
+        await network.release(slot)
+        shutil.rmtree(sdir, ignore_errors=True)
+
+
+# Import the agent as a module (not run it): what it costs to get to main().
+_IMPORT_PROBE = (
+    "import sys, importlib.util as u; s = u.spec_from_file_location('agent', sys.argv[1]); "
+    "m = u.module_from_spec(s); s.loader.exec_module(m)"
+)
+
+
+def _summarise_importtime(text: str, top: int = 12) -> list[str]:
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        self_text, cumulative_text, name = line[len("import time:") :].split("|", 2)
+        rows.append((int(cumulative_text), int(self_text), name.rstrip()))
+    total = sum(s for _, s, _ in rows)
+    lines = [f"agent imports inside the sandbox: {total / 1000:.1f} ms in total (self times)"]
+    for cumulative, _self, name in sorted(rows, reverse=True)[:top]:
+        lines.append(f"  {cumulative / 1000:7.1f} ms cumulative  {name}")
+    return lines
+
+
+async def run_breakdown(runs: int, rootfs: Path) -> None:
+    become_subreaper()
+    prefix = "cq" + secrets.token_hex(2)
+    network = SlotNetwork(prefix=prefix, subnet="10.234.0.0/16")
+    work = Path(tempfile.mkdtemp(prefix="corral-bench-bd-"))
+    state = Path("/run/corral") / ("bd" + secrets.token_hex(4))
+    runsc = RunscRunner(RunscOptions(binary="runsc", root=state))
+    cgroups = SandboxCgroups("corral-bench")
+    samples: dict[str, list[float]] = defaultdict(list)
+    try:
+        for i in range(runs + 2):
+            phases = await _one(network, runsc, cgroups, work, rootfs)
+            if i >= 2:  # two warm-up runs
+                for name, ms in phases.items():
+                    samples[name].append(ms)
+        imports = await _importtime(network, runsc, cgroups, work, rootfs)
+    finally:
+        await network.close()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
+    from _harness import percentile
+
+    print(f"{'phase of create (mechanisms driven directly)':44} {'p50 ms':>9} {'p99 ms':>9}")
+    total = 0.0
+    for name in PHASES:
+        values = samples[name]
+        p50 = sorted(values)[len(values) // 2]
+        total += p50
+        print(f"  {name:42} {p50:9.2f} {percentile(values, 99):9.2f}")
+    print(f"  {'sum of p50s':42} {total:9.2f}")
+    print()
+    for line in _summarise_importtime(imports):
+        print(line)
+
+
+def breakdown(runs: int, rootfs: Path) -> None:
+    asyncio.run(run_breakdown(runs, rootfs))
