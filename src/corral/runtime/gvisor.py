@@ -268,8 +268,7 @@ class GVisorRuntime:
             await self._runsc.restore(
                 cid, paths.bundle, image_dir, network=network, overlay_dir=overlay, log_path=log
             )
-        state = await self._runsc.state(cid)
-        status = None if state is None else state.get("status")
+        status = self._runsc.recorded_state(cid)  # `runsc state` would cost ~25 ms more
         if status != "running":
             raise RunscError(f"container {cid} is {status or 'gone'} right after booting")
 

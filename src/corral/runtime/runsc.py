@@ -151,6 +151,21 @@ class RunscRunner:
         doc: dict[str, Any] = json.loads(out)
         return doc
 
+    def recorded_state(self, container_id: str) -> str | None:
+        """The container's status from runsc's state file, without running runsc (~0.1 ms
+        against ~25 ms for ``state``): "running" only while its sandbox process is alive.
+        None when there is no state file. For the check right after run/restore."""
+        try:
+            with open(self.options.root / f"{container_id}_sandbox:{container_id}.state") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        status = str(doc.get("status") or "")
+        pid = (doc.get("sandbox") or {}).get("pid")
+        if status == "running" and not (isinstance(pid, int) and _alive(pid)):
+            return "stopped"
+        return status
+
     async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool) -> None:
         args = ["checkpoint", "--image-path", str(image_dir)]
         if leave_running:
@@ -184,6 +199,15 @@ class RunscRunner:
             if name.startswith(prefix) and name.endswith(".state"):
                 ids.add(name.partition("_sandbox:")[0])
         return sorted(ids)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[:1] != ["Z"]
+    except OSError:
+        return False
 
 
 def _log_tail(path: Path, offset: int) -> str:
