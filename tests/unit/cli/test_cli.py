@@ -203,13 +203,10 @@ def test_global_options_come_from_the_environment(fake: FakeDaemon) -> None:
 
 
 def test_serve_calls_the_daemon_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-    import types
+    import corral.api.server
 
     calls: list[dict[str, Any]] = []
-    module = types.ModuleType("corral.service.daemon")
-    module.serve = lambda **kwargs: calls.append(kwargs)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "corral.service.daemon", module)
+    monkeypatch.setattr(corral.api.server, "serve", lambda **kwargs: calls.append(kwargs))
     result = CliRunner().invoke(app, ["serve", "--data-dir", "/tmp/d", "--listen", "0.0.0.0:1"])
     assert result.exit_code == 0, result.output
     assert [(str(c["data_dir"]), c["listen"]) for c in calls] == [("/tmp/d", "0.0.0.0:1")]

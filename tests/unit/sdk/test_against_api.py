@@ -4,6 +4,7 @@ the fake daemon cannot give. The daemon's own behaviour is tested in tests/unit/
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,7 +24,9 @@ async def client(harness: Harness) -> AsyncIterator[AsyncClient]:
         yield sdk_client
 
 
-async def test_sandbox_exec_files_roundtrip(client: AsyncClient) -> None:
+async def test_sandbox_exec_files_roundtrip(client: AsyncClient, tmp_path: Path) -> None:
+    # The unit harness runs the agent on the host: keep its files inside the test's own dir.
+    d = str(tmp_path / "d")
     capacity = await client.capacity()
     assert capacity.cpu.total > 0
     assert [t.name for t in await client.templates()]
@@ -38,15 +41,15 @@ async def test_sandbox_exec_files_roundtrip(client: AsyncClient) -> None:
     piped = await sbx.exec(["cat"], stdin=b"through stdin")
     assert piped.stdout == "through stdin"
 
-    await sbx.files.write("/tmp/d/x.txt", "héllo")
-    assert await sbx.files.read_text("/tmp/d/x.txt") == "héllo"
-    assert [e.name for e in await sbx.files.list("/tmp/d")] == ["x.txt"]
-    assert (await sbx.files.stat("/tmp/d/x.txt")).size == 6
-    await sbx.files.move("/tmp/d/x.txt", "/tmp/d/y.txt")
-    assert await sbx.files.exists("/tmp/d/y.txt")
-    await sbx.files.remove("/tmp/d/y.txt")
+    await sbx.files.write(f"{d}/x.txt", "héllo")
+    assert await sbx.files.read_text(f"{d}/x.txt") == "héllo"
+    assert [e.name for e in await sbx.files.list(d)] == ["x.txt"]
+    assert (await sbx.files.stat(f"{d}/x.txt")).size == 6
+    await sbx.files.move(f"{d}/x.txt", f"{d}/y.txt")
+    assert await sbx.files.exists(f"{d}/y.txt")
+    await sbx.files.remove(f"{d}/y.txt")
     with pytest.raises(NotFound):
-        await sbx.files.read("/tmp/d/y.txt")
+        await sbx.files.read(f"{d}/y.txt")
 
     process = await sbx.exec_background(["sh", "-c", "echo bg"])
     assert (await process.wait()).stdout == "bg\n"
