@@ -58,6 +58,12 @@ class SandboxSpec:
     a private copy-on-write layer over it limited to ``resources.disk_mib``. ``netns_path`` is the
     network namespace the sandbox joins (its ``eth0`` is taken over by the runtime), or None for
     no network at all.
+
+    ``writable_root`` changes who owns the root's writes: the runtime puts no overlay of its own
+    over ``rootfs`` (runsc ``--overlay2=none``, no disk), so every write inside the sandbox lands
+    in the host directory ``rootfs`` itself. The caller owns that directory (the template builder
+    gives a host overlayfs mount whose upper dir becomes a new image layer); never set it for a
+    shared rootfs. ``resources.disk_mib`` is then not enforced.
     """
 
     sandbox_id: str
@@ -67,6 +73,7 @@ class SandboxSpec:
     netns_path: str | None = None
     hostname: str = "corral"
     annotations: dict[str, str] = field(default_factory=dict)
+    writable_root: bool = False
 
 
 class RuntimeStatus(enum.Enum):

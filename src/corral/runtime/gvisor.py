@@ -246,10 +246,15 @@ class GVisorRuntime:
         cid = record.current_container
         gen = record.generation
         cleanup = [self._drop_generation(paths, c, None) for c in stale or []]
-        await asyncio.gather(
-            create_disk(paths.disk_image(gen), paths.disk_mount(gen), spec.resources.disk_mib),
-            *cleanup,
+        # A writable root takes the writes itself: no disk to back gVisor's overlay.
+        disk = (
+            ()
+            if spec.writable_root
+            else (
+                create_disk(paths.disk_image(gen), paths.disk_mount(gen), spec.resources.disk_mib),
+            )
         )
+        await asyncio.gather(*disk, *cleanup)
         for old_gen in paths.disk_generations():
             if old_gen != gen:
                 await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
@@ -258,7 +263,7 @@ class GVisorRuntime:
         config = render_config(spec, cgroups_path=self._cgroups.path_for(cid))
         write_config(paths.bundle, config)
         network = NetworkMode(spec.netns_path)
-        overlay = paths.disk_mount(gen)
+        overlay = None if spec.writable_root else paths.disk_mount(gen)
         log = paths.console_log
         if image_dir is None:
             await self._runsc.run(

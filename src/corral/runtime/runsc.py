@@ -81,8 +81,10 @@ class RunscRunner:
             flags += ["--debug", f"--debug-log={self.options.debug_log_dir}/"]
         return flags
 
-    def _boot_flags(self, network: NetworkMode, overlay_dir: Path) -> list[str]:
-        flags = [f"--platform={self.options.platform}", f"--overlay2=root:dir={overlay_dir}"]
+    def _boot_flags(self, network: NetworkMode, overlay_dir: Path | None) -> list[str]:
+        # No overlay dir: writes go straight to the OCI root on the host (a build's own dir).
+        overlay = f"root:dir={overlay_dir}" if overlay_dir is not None else "none"
+        flags = [f"--platform={self.options.platform}", f"--overlay2={overlay}"]
         if network.netns_path:
             flags += ["--network=sandbox", "--net-disconnect-ok"]
         else:
@@ -118,7 +120,7 @@ class RunscRunner:
         bundle: Path,
         *,
         network: NetworkMode,
-        overlay_dir: Path,
+        overlay_dir: Path | None,
         log_path: Path,
     ) -> None:
         """``runsc run -detach``: returns once the container's init has been started."""
@@ -132,7 +134,7 @@ class RunscRunner:
         image_dir: Path,
         *,
         network: NetworkMode,
-        overlay_dir: Path,
+        overlay_dir: Path | None,
         log_path: Path,
     ) -> None:
         """``runsc restore -detach``: boot ``container_id`` from a checkpoint image."""
