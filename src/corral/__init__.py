@@ -8,7 +8,9 @@ from corral.sdk import (
     APIError,
     AsyncClient,
     AsyncSandbox,
+    AsyncTemplate,
     AuthenticationError,
+    BuildError,
     CapacityError,
     Client,
     ConfigurationError,
@@ -21,13 +23,16 @@ from corral.sdk import (
     NotFound,
     Sandbox,
     SandboxUnavailable,
+    Template,
 )
 
 __all__ = [
     "APIError",
     "AsyncClient",
     "AsyncSandbox",
+    "AsyncTemplate",
     "AuthenticationError",
+    "BuildError",
     "CapacityError",
     "Client",
     "ConfigurationError",
@@ -40,5 +45,6 @@ __all__ = [
     "NotFound",
     "Sandbox",
     "SandboxUnavailable",
+    "Template",
 ]
 __version__ = "0.1.0"

@@ -9,7 +9,15 @@ from fastapi import Depends, FastAPI
 
 from corral.api.deps import require_key
 from corral.api.errors import AsciiJSONResponse, install_error_handlers
-from corral.api.routes import files, health, processes, sandboxes, snapshots, workspace
+from corral.api.routes import (
+    files,
+    health,
+    processes,
+    sandboxes,
+    snapshots,
+    templates,
+    workspace,
+)
 from corral.service.workspace import Workspace
 
 
@@ -37,6 +45,6 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     authed = [Depends(require_key)]
-    for module in (workspace, sandboxes, processes, files, snapshots):
+    for module in (workspace, templates, sandboxes, processes, files, snapshots):
         app.include_router(module.router, dependencies=authed)
     return app

@@ -167,12 +167,66 @@ class Capacity(BaseModel):
 
 
 class Template(BaseModel):
+    """A template: an image plus defaults and ceilings. ``name`` is NAME or NAME:TAG."""
+
     name: str
     image: str
     cpu: float
     memory_mib: int
     disk_mib: int
     created_at: float
+    source: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    user: str | None = None
+    start_cmd: list[str] | None = None
+    max_cpu: float | None = None
+    max_memory_mib: int | None = None
+    max_disk_mib: int | None = None
+    warmup: str | None = None
+    warm: bool = False
+    pool: int = 0
+    labels: dict[str, str] = Field(default_factory=dict)
+    layers: list[str] = Field(default_factory=list, description="image layers, bottom first")
+    used_by: list[str] = Field(default_factory=list, description="live sandboxes made from it")
+
+
+class BuildStep(BaseModel):
+    """One build step: ``run`` (shell string or argv), ``copy`` ({src: [host paths], dst}),
+    ``env``/``label`` ({K: V}), ``workdir``, ``user``, ``cmd``/``entrypoint`` (argv)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["run", "copy", "env", "workdir", "user", "label", "cmd", "entrypoint"]
+    value: str | list[str] | dict[str, str] | dict[str, list[str] | str | bool]
+
+
+class TemplateBuild(BaseModel):
+    """Build a template. ``base`` is a template name or an image source (``docker-archive:PATH``,
+    ``oci:PATH[:TAG]``, ``registry:HOST/NAME[:TAG]``; paths on the daemon's host). Answers an
+    NDJSON stream of build events (docs/api.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(examples=["py", "dev:v2"])
+    base: str | None = Field(default=None, description="default: the Dockerfile's FROM, or base")
+    steps: list[BuildStep] = Field(default_factory=list)
+    dockerfile: str | None = Field(default=None, description="Dockerfile text (its steps first)")
+    context_dir: str | None = Field(default=None, description="absolute host dir for COPY")
+    build_args: dict[str, str] = Field(default_factory=dict)
+    creds: str | None = Field(default=None, description="registry USER:PASS (never stored)")
+    insecure: bool = Field(default=False, description="plain-HTTP / unverified TLS registry")
+    cpu: float | None = Field(default=None, gt=0)
+    memory_mib: int | None = Field(default=None, gt=0)
+    disk_mib: int | None = Field(default=None, gt=0)
+    max_cpu: float | None = Field(default=None, gt=0)
+    max_memory_mib: int | None = Field(default=None, gt=0)
+    max_disk_mib: int | None = Field(default=None, gt=0)
+    start_cmd: list[str] | None = None
+    warmup: str | None = None
+    warm: bool = False
+    pool: int = Field(default=0, ge=0)
+    tags: list[str] = Field(default_factory=list, description="more names for the result")
 
 
 class TemplateList(BaseModel):

@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from corral.cli import exec as exec_verb
-from corral.cli import files, lifecycle, sandboxes, serve, workspace
+from corral.cli import files, lifecycle, sandboxes, serve, templates, workspace
 from corral.cli._state import CLIState
 from corral.sdk import AuthenticationError, CorralError
 
@@ -90,7 +90,7 @@ app.command("wake")(lifecycle.wake)
 app.command("fork")(lifecycle.fork)
 app.command("snapshot")(lifecycle.snapshot)
 app.command("capacity")(workspace.capacity)
-app.add_typer(workspace.templates_app, name="template")
+app.add_typer(templates.templates_app, name="template")
 app.command("mcp")(serve.mcp)
 
 

@@ -34,6 +34,7 @@ from corral.sdk.models import (
 from corral.sdk.process import AsyncProcess
 from corral.sdk.sandbox import AsyncSandbox
 from corral.sdk.sync import Client, Files, Process, Sandbox
+from corral.sdk.templates import AsyncTemplate, BuildError, BuildEvent, Template
 
 __all__ = [
     "APIError",
@@ -41,7 +42,10 @@ __all__ = [
     "AsyncFiles",
     "AsyncProcess",
     "AsyncSandbox",
+    "AsyncTemplate",
     "AuthenticationError",
+    "BuildError",
+    "BuildEvent",
     "Capacity",
     "CapacityError",
     "Client",
@@ -63,6 +67,7 @@ __all__ = [
     "SandboxInfo",
     "SandboxUnavailable",
     "SnapshotInfo",
+    "Template",
     "TemplateInfo",
     "WriteResult",
 ]

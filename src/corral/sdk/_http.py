@@ -161,6 +161,15 @@ class HTTPSession:
         except httpx.TransportError as exc:
             raise self._broken(exc) from exc
 
+    async def iter_json_lines(self, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+        """Parse an NDJSON stream of plain objects (build events)."""
+        try:
+            async for line in response.aiter_lines():
+                if line.strip():
+                    yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise self._broken(exc) from exc
+
     def _unreachable(self, exc: httpx.TransportError) -> ConnectionFailed:
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             return ConnectionFailed(

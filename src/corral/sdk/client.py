@@ -6,7 +6,7 @@ Workspace calls (capacity, templates, listing) live here; everything about one s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -70,6 +70,25 @@ class AsyncClient:
         answer = await self.session.json("GET", "/v1/templates")
         return [TemplateInfo.from_wire(item) for item in answer.get("templates", [])]
 
+    async def get_template(self, name: str) -> TemplateInfo:
+        return TemplateInfo.from_wire(await self.session.json("GET", f"/v1/templates/{name}"))
+
+    async def delete_template(self, name: str) -> None:
+        """Remove a template (one tag); refused while sandboxes or snapshots use it."""
+        await self.session.json("DELETE", f"/v1/templates/{name}")
+
+    async def build_events(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """`POST /v1/templates`: the build's events as they come (see `corral.sdk.templates`)."""
+        async with self.session.stream("POST", "/v1/templates", json_body=body) as response:
+            async for event in self.session.iter_json_lines(response):
+                yield event
+
+    async def template_logs(self, name: str) -> AsyncIterator[dict[str, Any]]:
+        """The events of the template's last build."""
+        async with self.session.stream("GET", f"/v1/templates/{name}/logs") as response:
+            async for event in self.session.iter_json_lines(response):
+                yield event
+
     async def create_template(
         self,
         name: str,
@@ -80,14 +99,13 @@ class AsyncClient:
         cpu: float | None = None,
         memory_mib: int | None = None,
     ) -> TemplateInfo:
-        """Register a template (`POST /v1/templates`; not in the v1 API document yet)."""
-        body: dict[str, Any] = {"name": name}
-        optional = {"image": image, "warmup": warmup, "cpu": cpu, "memory_mib": memory_mib}
-        body.update({key: value for key, value in optional.items() if value is not None})
-        if warm:
-            body["warm"] = True
-        return TemplateInfo.from_wire(
-            await self.session.json("POST", "/v1/templates", json_body=body)
+        """Build a template from `image` (a template name or image source) and wait for it;
+        raises `corral.sdk.templates.BuildError` if the build fails."""
+        from corral.sdk.templates import AsyncTemplate
+
+        spec = AsyncTemplate().from_image(image or "base")
+        return await spec.build_with(
+            self, name, warmup=warmup, warm=warm, cpu=cpu, memory_mib=memory_mib
         )
 
     # -- sandboxes ----------------------------------------------------------------------------

@@ -207,12 +207,29 @@ class Capacity(_Wire):
 
 @dataclass(frozen=True, slots=True)
 class TemplateInfo(_Wire):
+    """A template: image, defaults (cpu, memory, disk, env, workdir, user, start command),
+    ceilings (`max_*`, None = the workspace's), layers and the live sandboxes using it."""
+
     name: str
     image: str = ""
     cpu: float = 0.0
     memory_mib: int = 0
     disk_mib: int = 0
     created_at: float = 0.0
+    source: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    user: str | None = None
+    start_cmd: list[str] | None = None
+    max_cpu: float | None = None
+    max_memory_mib: int | None = None
+    max_disk_mib: int | None = None
+    warmup: str | None = None
+    warm: bool = False
+    pool: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    layers: list[str] = field(default_factory=list)
+    used_by: list[str] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> TemplateInfo:
@@ -223,6 +240,20 @@ class TemplateInfo(_Wire):
             memory_mib=int(data.get("memory_mib", 0)),
             disk_mib=int(data.get("disk_mib", 0)),
             created_at=float(data.get("created_at", 0.0)),
+            source=str(data.get("source") or ""),
+            env=dict(data.get("env") or {}),
+            workdir=data.get("workdir"),
+            user=data.get("user"),
+            start_cmd=data.get("start_cmd"),
+            max_cpu=data.get("max_cpu"),
+            max_memory_mib=data.get("max_memory_mib"),
+            max_disk_mib=data.get("max_disk_mib"),
+            warmup=data.get("warmup"),
+            warm=bool(data.get("warm", False)),
+            pool=int(data.get("pool") or 0),
+            labels=dict(data.get("labels") or {}),
+            layers=list(data.get("layers") or []),
+            used_by=list(data.get("used_by") or []),
         )
 
 

@@ -26,6 +26,14 @@ class ProcessService:
             return await self._sandboxes.diagnose(sandbox_id, exc)
         return translate_agent_error(sandbox_id, exc)
 
+    def _template_defaults(self, sandbox_id: str, spec: dict[str, Any]) -> None:
+        """Give the process the template's workdir and user unless it asks for others."""
+        workdir, user = self._sandboxes.templates.exec_defaults(sandbox_id)
+        if spec.get("cwd") is None and workdir:
+            spec["cwd"] = workdir
+        if spec.get("user") is None and user:
+            spec["user"] = user
+
     @staticmethod
     def _check(spec: dict[str, Any]) -> None:
         if (spec.get("cmd") is None) == (spec.get("shell") is None):
@@ -34,6 +42,7 @@ class ProcessService:
     async def exec_stream(self, sandbox_id: str, spec: dict[str, Any]) -> AsyncIterator[Event]:
         """Start a process and return its event stream; errors to start raise before streaming."""
         self._check(spec)
+        self._template_defaults(sandbox_id, spec)
         client = await self._sandboxes.ready_agent(sandbox_id, "exec in")
         stream = client.stream_process(spec)
         try:
@@ -64,6 +73,7 @@ class ProcessService:
 
     async def start(self, sandbox_id: str, spec: dict[str, Any]) -> int:
         self._check(spec)
+        self._template_defaults(sandbox_id, spec)
         client = await self._sandboxes.ready_agent(sandbox_id, "exec in")
         self._sandboxes.touch(sandbox_id)
         try:

@@ -241,6 +241,7 @@ class SandboxService:
         cpu = request.cpu if request.cpu is not None else template.cpu
         memory = request.memory_mib if request.memory_mib is not None else template.memory_mib
         disk = request.disk_mib if request.disk_mib is not None else template.disk_mib
+        self.templates.check_ceilings(template, cpu=cpu, memory_mib=memory, disk_mib=disk)
         problems = []
         if not MIN_CPU <= cpu <= s.max_cpu:
             problems.append(f"cpu {cpu:g} is outside {MIN_CPU:g}..{s.max_cpu:g} vCPUs")
@@ -306,6 +307,7 @@ class SandboxService:
             last_active_at=now,
         )
         await self.admit([record])
+        self.templates.pin(record.id, template)
         async with self.lock(record.id):
             try:
                 await self.boot(record, rootfs, {**env, **request.secret_env})

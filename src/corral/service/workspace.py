@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from corral.network.base import Network, Slot
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
+from corral.service.builds import TemplateBuilder
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.processes import ProcessService
@@ -57,6 +59,12 @@ class Workspace:
         images = ImageStore(settings.images_path)
         templates = TemplateService(db, images, settings)
         sandboxes = SandboxService(settings, db, runtime, network, templates, agent, connect_agent)
+        templates.store.set_mount_points(
+            (dest, os.path.isdir(source)) for source, dest in agent.mounts
+        )
+        templates.builder = TemplateBuilder(
+            settings, templates.store, runtime, network, agent, connect_agent
+        )
         lifecycle = LifecycleService(sandboxes)
         snapshots = SnapshotService(sandboxes, lifecycle)
         return cls(

@@ -45,6 +45,10 @@ class ApiKeyRecord:
 
 @dataclass(frozen=True)
 class TemplateRecord:
+    """A template: ``name`` is ``NAME`` (the ``latest`` tag) or ``NAME:TAG``; ``image`` is an image
+    of the store (``sha256:...``) or a prebuilt image's name (``base``). ``cpu``/``memory_mib``/
+    ``disk_mib`` are the defaults, ``max_*`` the template's own ceilings (None: the workspace's)."""
+
     name: str
     image: str
     cpu: float
@@ -52,6 +56,28 @@ class TemplateRecord:
     disk_mib: int
     env: dict[str, str]
     created_at: float
+    source: str = ""
+    workdir: str | None = None
+    user: str | None = None
+    start_cmd: list[str] | None = None
+    max_cpu: float | None = None
+    max_memory_mib: int | None = None
+    max_disk_mib: int | None = None
+    warmup: str | None = None
+    warm: bool = False
+    pool: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TemplatePin:
+    """The image (and exec defaults) a live sandbox was made from."""
+
+    sandbox_id: str
+    template: str
+    image: str
+    workdir: str | None = None
+    user: str | None = None
 
 
 @dataclass

@@ -60,6 +60,18 @@ class TemplateRow(Base):
     disk_mib: Mapped[int] = mapped_column(Integer)
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[float] = mapped_column(Float)
+    # 0003: where the image came from, defaults and ceilings, warm/pool settings
+    source: Mapped[str] = mapped_column(Text, default="")
+    workdir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    user: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    start_cmd: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    max_cpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_memory_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_disk_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    warmup: Mapped[str | None] = mapped_column(Text, nullable=True)
+    warm: Mapped[bool] = mapped_column(Boolean, default=False)
+    pool: Mapped[int] = mapped_column(Integer, default=0)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class SnapshotRow(Base):
@@ -77,3 +89,16 @@ class SnapshotRow(Base):
     image_path: Mapped[str] = mapped_column(Text)
     size_mib: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class TemplatePinRow(Base):
+    """The image a sandbox was made from, kept while the sandbox lives (so rebuilding its
+    template's tag never pulls the image from under it), with the exec defaults it was given."""
+
+    __tablename__ = "template_pins"
+
+    sandbox_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    template: Mapped[str] = mapped_column(String(128), index=True)
+    image: Mapped[str] = mapped_column(Text)
+    workdir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    user: Mapped[str | None] = mapped_column(String(128), nullable=True)

@@ -1,9 +1,9 @@
-"""Workspace-wide resources: capacity and templates."""
+"""Workspace-wide resources: capacity."""
 
 from fastapi import APIRouter
 
 from corral.api import schemas
-from corral.api.deps import SandboxesDep, WorkspaceDep
+from corral.api.deps import SandboxesDep
 
 router = APIRouter(prefix="/v1", tags=["workspace"])
 
@@ -24,21 +24,4 @@ async def get_capacity(sandboxes: SandboxesDep) -> schemas.Capacity:
         memory=usage(report.memory),
         disk=usage(report.disk),
         cpu_overcommit=report.cpu_overcommit,
-    )
-
-
-@router.get("/templates", operation_id="list_templates", response_model=schemas.TemplateList)
-async def list_templates(ws: WorkspaceDep) -> schemas.TemplateList:
-    return schemas.TemplateList(
-        templates=[
-            schemas.Template(
-                name=t.name,
-                image=t.image,
-                cpu=t.cpu,
-                memory_mib=t.memory_mib,
-                disk_mib=t.disk_mib,
-                created_at=t.created_at,
-            )
-            for t in ws.templates.list()
-        ]
     )

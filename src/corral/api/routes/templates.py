@@ -1,0 +1,111 @@
+"""Templates: build (an NDJSON stream of build events), list, get, delete, build logs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Response
+from fastapi.responses import FileResponse, StreamingResponse
+
+from corral.api import schemas
+from corral.api.deps import WorkspaceDep
+from corral.images.steps import BuildStep
+from corral.service.builds import BuildHandle
+from corral.service.templates import BuildRequest, TemplateService
+from corral.storage import TemplateRecord
+
+router = APIRouter(prefix="/v1/templates", tags=["templates"])
+
+NDJSON = "application/x-ndjson"
+
+
+def to_schema(record: TemplateRecord, templates: TemplateService) -> schemas.Template:
+    manifest = templates.store.get_image(record.image) if record.image.startswith("sha") else None
+    layers = list(manifest.layers) if manifest else [f"prebuilt:{record.image}"]
+    return schemas.Template(
+        name=record.name,
+        image=record.image,
+        cpu=record.cpu,
+        memory_mib=record.memory_mib,
+        disk_mib=record.disk_mib,
+        created_at=record.created_at,
+        source=record.source,
+        env=record.env,
+        workdir=record.workdir,
+        user=record.user,
+        start_cmd=record.start_cmd,
+        max_cpu=record.max_cpu,
+        max_memory_mib=record.max_memory_mib,
+        max_disk_mib=record.max_disk_mib,
+        warmup=record.warmup,
+        warm=record.warm,
+        pool=record.pool,
+        labels=record.labels,
+        layers=layers,
+        used_by=templates.users(record.name),
+    )
+
+
+async def _ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for event in events:
+        yield json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
+
+@router.post(
+    "",
+    operation_id="build_template",
+    responses={200: {"content": {NDJSON: {}}, "description": "build events, done or failed last"}},
+)
+async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Response:
+    handle = ws.templates.start_build(
+        BuildRequest(
+            body.name,
+            base=body.base,
+            steps=[BuildStep(s.kind, s.value) for s in body.steps],
+            dockerfile=body.dockerfile,
+            context_dir=body.context_dir,
+            build_args=body.build_args,
+            creds=body.creds,
+            insecure=body.insecure,
+            cpu=body.cpu,
+            memory_mib=body.memory_mib,
+            disk_mib=body.disk_mib,
+            max_cpu=body.max_cpu,
+            max_memory_mib=body.max_memory_mib,
+            max_disk_mib=body.max_disk_mib,
+            start_cmd=body.start_cmd,
+            warmup=body.warmup,
+            warm=body.warm,
+            pool=body.pool,
+            tags=body.tags,
+        )
+    )
+    assert isinstance(handle, BuildHandle)
+    return StreamingResponse(_ndjson(handle.events()), media_type=NDJSON)
+
+
+@router.get("", operation_id="list_templates", response_model=schemas.TemplateList)
+async def list_templates(ws: WorkspaceDep) -> schemas.TemplateList:
+    return schemas.TemplateList(templates=[to_schema(t, ws.templates) for t in ws.templates.list()])
+
+
+@router.get("/{name}", operation_id="get_template", response_model=schemas.Template)
+async def get_template(name: str, ws: WorkspaceDep) -> schemas.Template:
+    return to_schema(ws.templates.get(name), ws.templates)
+
+
+@router.delete("/{name}", operation_id="delete_template", status_code=204)
+async def delete_template(name: str, ws: WorkspaceDep) -> Response:
+    await ws.templates.delete(name)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{name}/logs",
+    operation_id="template_logs",
+    responses={200: {"content": {NDJSON: {}}, "description": "the last build's events"}},
+)
+async def template_logs(name: str, ws: WorkspaceDep) -> Response:
+    return FileResponse(ws.templates.logs(name), media_type=NDJSON)

@@ -1,0 +1,185 @@
+"""`corral template create|ls|info|rm|logs`: build and manage templates."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from corral.cli._state import client, parse_pairs, print_json
+from corral.cli.render import print_templates
+from corral.sdk.templates import BuildEvent, Template
+
+__all__ = ["templates_app"]
+
+templates_app = typer.Typer(help="Build and manage templates.", no_args_is_help=True)
+
+_SOURCE_PATHS = ("docker-archive:", "oci:")
+
+
+def _absolute_source(source: str | None) -> str | None:
+    """Paths in docker-archive:/oci: sources are read by the daemon: make them absolute here."""
+    if source is None:
+        return None
+    for scheme in _SOURCE_PATHS:
+        if source.startswith(scheme):
+            return scheme + os.path.abspath(source[len(scheme) :])
+    return source
+
+
+def _show(event: BuildEvent) -> None:
+    text = event.text
+    if not text:
+        return
+    if event.type == "output" and event.raw.get("stream") == "stderr":
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    elif event.type != "failed":  # the failure is reported once, as `error:`
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+@templates_app.command("create")
+def create_template(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., metavar="NAME", help="NAME or NAME:TAG"),
+    source: str | None = typer.Option(
+        None,
+        "--from",
+        help="A template, docker-archive:PATH, oci:PATH[:TAG] or registry:HOST/NAME:TAG.",
+    ),
+    run: list[str] = typer.Option([], "--run", help="Command to run (repeatable)."),
+    env: list[str] = typer.Option([], "--env", help="K=V baked into the template (repeatable)."),
+    workdir: str | None = typer.Option(None, "--workdir", help="Default working directory."),
+    user: str | None = typer.Option(None, "--user", help="Default user."),
+    copy: list[str] = typer.Option([], "--copy", help="SRC:DST host file or dir (repeatable)."),
+    dockerfile: Path | None = typer.Option(None, "--dockerfile", help="Build this Dockerfile."),
+    build_arg: list[str] = typer.Option([], "--build-arg", help="ARG value K=V (repeatable)."),
+    start: str | None = typer.Option(None, "--start", help="Start command of every sandbox."),
+    creds: str | None = typer.Option(None, "--creds", help="Registry USER:PASS."),
+    insecure: bool = typer.Option(False, "--insecure", help="Plain-HTTP registry."),
+    tag: list[str] = typer.Option([], "--tag", help="Also tag the result (repeatable)."),
+    cpu: float | None = typer.Option(None, "--cpu", help="Default vCPUs."),
+    memory: int | None = typer.Option(None, "--memory", help="Default memory in MiB."),
+    disk: int | None = typer.Option(None, "--disk", help="Default disk in MiB."),
+    max_cpu: float | None = typer.Option(None, "--max-cpu", help="Ceiling of vCPUs."),
+    max_memory: int | None = typer.Option(None, "--max-memory", help="Ceiling of MiB."),
+    max_disk: int | None = typer.Option(None, "--max-disk", help="Ceiling of disk MiB."),
+    warmup: str | None = typer.Option(None, "--warmup", help="Command run once after start."),
+    warm: bool = typer.Option(False, "--warm", help="Keep a memory checkpoint after warmup."),
+    pool: int = typer.Option(0, "--pool", help="Ready sandboxes to keep."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the result."),
+    as_json: bool = typer.Option(False, "--json", help="Print the template as JSON."),
+) -> None:
+    """Build a template, showing the build's progress and output as it goes.
+
+    Steps run in this order: --copy, --env, --workdir, --run (in the order given, as root),
+    then --user (the default user of the template's sandboxes). A --dockerfile's steps come
+    first, in its own order."""
+    spec = Template()
+    if dockerfile is not None:
+        spec.from_dockerfile(dockerfile)
+    if source is not None:
+        spec.from_image(_absolute_source(source) or source)
+    if start is not None:
+        spec.set_start_cmd(start)
+    if insecure:
+        spec.set_insecure()
+    for item in copy:
+        src, sep, dst = item.rpartition(":")
+        if not sep or not src or not dst:
+            raise typer.BadParameter(f"expected SRC:DST, got {item!r}", param_hint="--copy")
+        spec.copy(src, dst)
+    envs = parse_pairs(env, "--env")
+    if envs:
+        spec.set_envs(envs)
+    if workdir is not None:
+        spec.set_workdir(workdir)
+    for command in run:
+        spec.run_cmd(command)
+    if user is not None:  # last: RUN steps run as root, sandboxes as the user
+        spec.set_user(user)
+    made = Template.build(
+        spec,
+        name,
+        on_log=None if quiet or as_json else _show,
+        client=client(ctx),
+        creds=creds,
+        build_args=parse_pairs(build_arg, "--build-arg") or None,
+        tags=tag or None,
+        cpu=cpu,
+        memory_mib=memory,
+        disk_mib=disk,
+        max_cpu=max_cpu,
+        max_memory_mib=max_memory,
+        max_disk_mib=max_disk,
+        warmup=warmup,
+        warm=warm,
+        pool=pool or None,
+    )
+    if as_json:
+        print_json(made.to_dict())
+    elif quiet:
+        typer.echo(made.name)
+    if warm or pool or warmup:
+        typer.echo(
+            "note: warmup, --warm and --pool are stored on the template; warm starts and ready "
+            "pools are not available yet",
+            err=True,
+        )
+
+
+@templates_app.command("ls")
+def list_templates(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
+) -> None:
+    """List templates."""
+    found = client(ctx).templates()
+    if as_json:
+        print_json([tpl.to_dict() for tpl in found])
+    else:
+        print_templates(found)
+
+
+@templates_app.command("info")
+def template_info(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., metavar="NAME"),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Show a template: image, layers, defaults, ceilings and the sandboxes using it."""
+    from corral.sdk._portal import portal
+
+    info = portal().call(client(ctx)._async.get_template(name))
+    if as_json:
+        print_json(info.to_dict())
+        return
+    for key, value in info.to_dict().items():
+        if value in (None, [], {}, ""):
+            continue
+        typer.echo(f"{key:15} {value}")
+
+
+@templates_app.command("rm")
+def remove_template(ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME")) -> None:
+    """Remove a template (refused while sandboxes use it); unused images are collected."""
+    from corral.sdk._portal import portal
+
+    portal().call(client(ctx)._async.delete_template(name))
+
+
+@templates_app.command("logs")
+def template_logs(ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME")) -> None:
+    """Print the output of the template's last build."""
+    from corral.sdk._portal import portal
+
+    inner = client(ctx)._async
+    for raw in portal().iterate(inner.template_logs(name)):
+        event = BuildEvent.from_wire(raw)
+        if event.type == "failed":
+            sys.stdout.write(event.text)
+        else:
+            _show(event)

@@ -1,0 +1,221 @@
+"""Building templates from Python, in the style of E2B's template builder::
+
+    from corral import Template
+
+    t = (
+        Template()
+        .from_image("base")  # a template, docker-archive:PATH, oci:PATH, registry:H/N:T
+        .run_cmd("pip install requests")
+        .set_envs({"A": "1"})
+        .set_workdir("/app")
+    )
+    info = Template.build(t, name="py", on_log=lambda e: print(e.text, end=""))
+
+`AsyncTemplate` is the same builder with an async `build`. A build streams `BuildEvent`s; a failed
+build raises `BuildError`, whose message names the failing step and its exit code.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from corral.sdk.client import AsyncClient
+from corral.sdk.errors import CorralError
+from corral.sdk.models import TemplateInfo
+
+__all__ = ["AsyncTemplate", "BuildError", "BuildEvent", "Template"]
+
+Self = TypeVar("Self", bound="_TemplateSpec")
+
+
+class BuildError(CorralError):
+    """A template build failed; `step` and `exit_code` say where and how (None if unknown)."""
+
+    def __init__(self, message: str, *, step: int | None = None, exit_code: int | None = None):
+        super().__init__(message)
+        self.step = step
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class BuildEvent:
+    """One build event: `type` is start, step, output, step_done, done or failed."""
+
+    type: str
+    index: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """A human line for the event (output data as it came, steps as `[i/n] STEP`)."""
+        r = self.raw
+        if self.type == "output":
+            return str(r.get("data", ""))
+        if self.type == "step":
+            return f"[{r.get('index')}/{r.get('total')}] {r.get('step')}\n"
+        if self.type == "step_done" and r.get("exit_code"):
+            return f"  exit code {r.get('exit_code')}\n"
+        if self.type == "start":
+            return f"building {r.get('template')} from {r.get('source')} ({r.get('steps')} steps)\n"
+        if self.type == "done":
+            return f"built {(r.get('template') or {}).get('name')} in {r.get('seconds')} s\n"
+        if self.type == "failed":
+            return f"build failed: {r.get('error')}\n"
+        return ""
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> BuildEvent:
+        return cls(type=str(data.get("type", "")), index=data.get("index"), raw=dict(data))
+
+
+class _TemplateSpec:
+    """The builder state shared by `Template` and `AsyncTemplate` (no I/O)."""
+
+    def __init__(self) -> None:
+        self._base: str | None = None
+        self._steps: list[dict[str, Any]] = []
+        self._dockerfile: str | None = None
+        self._context: str | None = None
+        self._options: dict[str, Any] = {}
+
+    def from_image(self: Self, image: str) -> Self:
+        """Start from a template name or an image source (docker-archive:, oci:, registry:)."""
+        self._base = image
+        return self
+
+    def from_template(self: Self, name: str) -> Self:
+        return self.from_image(name)
+
+    def from_registry(
+        self: Self, ref: str, *, username: str | None = None, password: str | None = None
+    ) -> Self:
+        self._base = f"registry:{ref}"
+        if username is not None:
+            self._options["creds"] = f"{username}:{password or ''}"
+        return self
+
+    def from_dockerfile(self: Self, path: str | Path) -> Self:
+        """Take FROM and the steps of a Dockerfile; COPY sources are relative to its dir."""
+        dockerfile = Path(path).resolve()
+        self._dockerfile = dockerfile.read_text()
+        self._context = self._context or str(dockerfile.parent)
+        return self
+
+    def set_context(self: Self, directory: str | Path) -> Self:
+        self._context = str(Path(directory).resolve())
+        return self
+
+    def run_cmd(self: Self, command: str | Iterable[str]) -> Self:
+        value = command if isinstance(command, str) else list(command)
+        self._steps.append({"kind": "run", "value": value})
+        return self
+
+    def set_envs(self: Self, envs: Mapping[str, str]) -> Self:
+        self._steps.append({"kind": "env", "value": dict(envs)})
+        return self
+
+    def set_workdir(self: Self, path: str) -> Self:
+        self._steps.append({"kind": "workdir", "value": path})
+        return self
+
+    def set_user(self: Self, user: str) -> Self:
+        self._steps.append({"kind": "user", "value": user})
+        return self
+
+    def copy(self: Self, src: str | Path, dst: str) -> Self:
+        """Copy a host file or dir (read by the daemon on its host) to `dst` in the image."""
+        self._steps.append({"kind": "copy", "value": {"src": [os.path.abspath(src)], "dst": dst}})
+        return self
+
+    def set_start_cmd(self: Self, command: str | Iterable[str]) -> Self:
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        self._options["start_cmd"] = argv
+        return self
+
+    def set_insecure(self: Self, insecure: bool = True) -> Self:
+        self._options["insecure"] = insecure
+        return self
+
+    def body(self, name: str, **options: Any) -> dict[str, Any]:
+        """The `POST /v1/templates` body for building this as `name`."""
+        body: dict[str, Any] = {"name": name, "steps": list(self._steps), **self._options}
+        if self._base is not None:
+            body["base"] = self._base
+        if self._dockerfile is not None:
+            body["dockerfile"] = self._dockerfile
+        if self._context is not None:
+            body["context_dir"] = self._context
+        body.update({k: v for k, v in options.items() if v is not None and v is not False})
+        return body
+
+    async def build_with(
+        self,
+        client: AsyncClient,
+        name: str,
+        *,
+        on_log: Callable[[BuildEvent], Any] | None = None,
+        **options: Any,
+    ) -> TemplateInfo:
+        """Build on `client`, calling `on_log` with every event; raises `BuildError`."""
+        async for raw in client.build_events(self.body(name, **options)):
+            event = BuildEvent.from_wire(raw)
+            if on_log is not None:
+                on_log(event)
+            if event.type == "done":
+                return TemplateInfo.from_wire(raw.get("template") or {"name": name})
+            if event.type == "failed":
+                raise BuildError(
+                    str(raw.get("error", "the build failed")),
+                    step=raw.get("index"),
+                    exit_code=raw.get("exit_code"),
+                )
+        raise BuildError(f"the build of {name!r} ended without a result (daemon restarted?)")
+
+
+class AsyncTemplate(_TemplateSpec):
+    """The template builder with an async `build`."""
+
+    @staticmethod
+    async def build(
+        template: _TemplateSpec,
+        name: str,
+        *,
+        on_log: Callable[[BuildEvent], Any] | None = None,
+        client: AsyncClient | None = None,
+        **options: Any,
+    ) -> TemplateInfo:
+        """Build `template` as `name` (options: cpu, memory_mib, disk_mib, max_cpu,
+        max_memory_mib, max_disk_mib, tags, warmup, warm, pool)."""
+        if client is not None:
+            return await template.build_with(client, name, on_log=on_log, **options)
+        async with AsyncClient() as own:
+            return await template.build_with(own, name, on_log=on_log, **options)
+
+
+class Template(_TemplateSpec):
+    """The template builder with a synchronous `build`."""
+
+    @staticmethod
+    def build(
+        template: _TemplateSpec,
+        name: str,
+        *,
+        on_log: Callable[[BuildEvent], Any] | None = None,
+        client: Any = None,
+        **options: Any,
+    ) -> TemplateInfo:
+        """Build `template` as `name`; `client` is a sync `corral.Client` (default: a new one)."""
+        from corral.sdk._portal import portal
+
+        async def run() -> TemplateInfo:
+            inner: AsyncClient | None = getattr(client, "_async", None)
+            if inner is not None:
+                return await template.build_with(inner, name, on_log=on_log, **options)
+            async with AsyncClient() as own:
+                return await template.build_with(own, name, on_log=on_log, **options)
+
+        return portal().call(run())

@@ -1,0 +1,585 @@
+"""Template builds: import a base image, run build steps in a real sandbox, commit one new layer.
+
+A build is a background task that reports build events (below) to a ``BuildHandle``; the API
+streams them and every event is also appended to the build's log (NDJSON, one file per template
+name, kept after the build for ``corral template logs``).
+
+Filesystem steps (RUN, COPY, WORKDIR) run in one *build sandbox*: a gVisor sandbox whose root is a
+host overlayfs mount (lower: the base image's layers, upper: the new layer) with
+``SandboxSpec.writable_root`` set, so its writes land in the upper dir. RUN steps are exec'd by the
+in-sandbox agent; COPY streams host files through the agent's file API (the sandbox resolves the
+paths, so a symlink in the image cannot point a copy at the host). The sandbox's network slot
+only links it to the daemon: RUN steps run offline.
+
+Atomicity: the new layer, the image manifest and the template records appear only at the end
+(rename, then one DB transaction); a failed or cancelled build removes its work dir, sandbox and
+mounts, and leaves no template.
+
+Events (``type`` and fields)::
+
+    start     template, source, steps
+    step      index (1-based), total, step (its text)
+    output    index, stream (stdout|stderr|info), data (text)
+    step_done index, exit_code, seconds
+    done      template (the record as a dict), seconds
+    failed    error, index (or null), exit_code (or null)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import shutil
+import string
+import tarfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from corral.config import Settings
+from corral.images.cas import PREBUILT, ContentStore, ImageConfig, ImageManifest, layer_digest
+from corral.images.mounts import mount_overlay, unmount
+from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout, unpack_layer
+from corral.images.steps import BuildStep
+from corral.network.base import Network, Slot
+from corral.runtime.agent_client import AgentClient, AgentError
+from corral.runtime.base import AgentMount, Resources, Runtime, SandboxSpec
+from corral.storage import TemplateRecord
+
+__all__ = ["BuildFailed", "BuildHandle", "BuildPlan", "TemplateBuilder"]
+
+log = logging.getLogger("corral.builds")
+
+Event = dict[str, Any]
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+_AGENT_DIR = ".corral"  # the agent's mount points, made in the root by runsc; not image content
+
+
+class BuildFailed(Exception):
+    """A build step failed; ``index`` and ``exit_code`` say which and how."""
+
+    def __init__(self, message: str, *, index: int | None = None, exit_code: int | None = None):
+        super().__init__(message)
+        self.index = index
+        self.exit_code = exit_code
+
+
+@dataclass
+class BuildPlan:
+    """A validated build: where to start from and what to do. ``base`` is a template record to
+    build on, or ``source`` an image to import; ``template`` holds the new template's fields
+    (image filled in at the end); ``tags`` are the further names the result gets."""
+
+    template: TemplateRecord
+    steps: list[BuildStep]
+    base: TemplateRecord | None = None
+    source: ImageSource | None = None
+    context_dir: Path | None = None
+    tags: list[str] = field(default_factory=list)
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+class BuildHandle:
+    """The events of one running build; every event is also written to the build's log."""
+
+    def __init__(self, name: str, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._events: list[Event] = []
+        self._changed = asyncio.Condition()
+        self.finished = False
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "w", buffering=1)  # noqa: SIM115 - closed at finish
+
+    async def emit(self, event: Event) -> None:
+        event = {"time": round(time.time(), 3), **event}
+        self._events.append(event)
+        self._log.write(json.dumps(event, separators=(",", ":")) + "\n")
+        if event["type"] in ("done", "failed"):
+            self.finished = True
+            self._log.close()
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _moved_past(self, count: int) -> bool:
+        return len(self._events) > count or self.finished
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Every event from the start, then new ones as they come, until done or failed."""
+        sent = 0
+        while True:
+            while sent < len(self._events):
+                yield self._events[sent]
+                sent += 1
+            if self.finished:
+                return
+            async with self._changed:
+                await self._changed.wait_for(partial(self._moved_past, sent))
+
+
+class _BuildSandbox:
+    """The sandbox that runs a build's filesystem steps, booted on first use."""
+
+    def __init__(self, builder: TemplateBuilder, root: Path, config: ImageConfig) -> None:
+        self._b = builder
+        self.root = root
+        self.config = config
+        self.sandbox_id = "bd-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
+        self.slot: Slot | None = None
+        self.client: AgentClient | None = None
+        self.started = False
+
+    async def agent(self) -> AgentClient:
+        if self.client is not None:
+            return self.client
+        b = self._b
+        self.slot = await b.network.lease()
+        await b.network.prepare(self.slot)
+        mount = b.agent_mount
+        spec = SandboxSpec(
+            sandbox_id=self.sandbox_id,
+            rootfs=self.root,
+            resources=Resources(
+                cpu=b.settings.default_cpu,
+                memory_mib=max(1024, b.settings.default_memory_mib),
+                disk_mib=b.settings.default_disk_mib,
+                pids=b.settings.default_pids,
+            ),
+            agent=AgentMount(mounts=mount.mounts, argv=mount.argv, env=mount.env),
+            netns_path=self.slot.netns_path,
+            annotations={"corral.build": "1"},
+            writable_root=True,
+        )
+        self.started = True
+        await b.runtime.start(spec)
+        client = b.connect_agent(self.sandbox_id, self.slot)
+        self.client = client
+        await client.wait_ready(b.settings.agent_ready_timeout)
+        return client
+
+    async def close(self) -> None:
+        b = self._b
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.client.aclose()
+            self.client = None
+        if self.started:
+            try:
+                await b.runtime.destroy(self.sandbox_id)
+            except Exception as exc:
+                log.error("build sandbox %s: destroying it failed: %s", self.sandbox_id, exc)
+            self.started = False
+        if self.slot is not None:
+            with contextlib.suppress(Exception):
+                await b.network.release(self.slot)
+            self.slot = None
+
+
+class TemplateBuilder:
+    """Runs builds (see the module docstring). ``commit`` is called with the finished records
+    and the new image id, under the caller's store lock, to make them visible at once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: ContentStore,
+        runtime: Runtime,
+        network: Network,
+        agent_mount: AgentMount,
+        connect_agent: Callable[[str, Slot], AgentClient] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.runtime = runtime
+        self.network = network
+        self.agent_mount = agent_mount
+        self.connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
+
+    # -- the base image ----------------------------------------------------------------------
+    def _base_manifest(self, base: TemplateRecord) -> ImageManifest:
+        if base.image.startswith("sha256:"):
+            manifest = self.store.get_image(base.image)
+            if manifest is None:
+                raise BuildFailed(f"the image of template {base.name!r} is missing from the store")
+            return manifest
+        config = ImageConfig(env=dict(base.env), workdir=base.workdir, user=base.user)
+        return ImageManifest(layers=(PREBUILT + base.image,), config=config, source=base.image)
+
+    async def _import(
+        self, source: ImageSource, work: Path, say: Callable[[str], Any]
+    ) -> ImageManifest:
+        layout = work / "layout"
+        await say(f"fetching {source} with skopeo")
+        try:
+            await fetch(source, layout, lambda _line: None)
+            image = read_layout(layout)
+            layers: list[str] = []
+            for i, (blob, diff_id) in enumerate(image.layers, 1):
+                if self.store.has_layer(diff_id):
+                    await say(f"layer {i}/{len(image.layers)} {diff_id[7:19]}: already stored")
+                else:
+                    size = blob.stat().st_size / 2**20
+                    await say(
+                        f"layer {i}/{len(image.layers)} {diff_id[7:19]}: unpacking {size:.1f} MiB"
+                    )
+                    unpacked = work / f"layer-{i}"
+                    await asyncio.to_thread(unpack_layer, blob, unpacked)
+                    self.store.add_layer(diff_id, unpacked)
+                layers.append(diff_id)
+        except ImageImportError as exc:
+            raise BuildFailed(str(exc)) from exc
+        finally:
+            shutil.rmtree(layout, ignore_errors=True)
+        if not layers:
+            raise BuildFailed(f"image {source} has no layers")
+        return ImageManifest(
+            layers=tuple(layers), config=ImageConfig.from_oci(image.config), source=str(source)
+        )
+
+    # -- a build -----------------------------------------------------------------------------
+    async def run(
+        self,
+        plan: BuildPlan,
+        handle: BuildHandle,
+        commit: Callable[[list[TemplateRecord], str], Any],
+    ) -> TemplateRecord | None:
+        """Run ``plan``, reporting to ``handle``; returns the new template or None if it failed."""
+        started = time.monotonic()
+        work = self.store.work_dir(".build-")
+        sandbox: _BuildSandbox | None = None
+        merged = work / "root"
+        mounted = False
+        index: int | None = None
+        total = len(plan.steps)
+        source = str(plan.source) if plan.source else (plan.base.name if plan.base else "")
+        await handle.emit(
+            {"type": "start", "template": plan.template.name, "source": source, "steps": total}
+        )
+
+        async def say(text: str) -> None:
+            await handle.emit(
+                {"type": "output", "index": index, "stream": "info", "data": text + "\n"}
+            )
+
+        try:
+            if plan.source is not None:
+                base = await self._import(plan.source, work, say)
+            else:
+                assert plan.base is not None
+                base = self._base_manifest(plan.base)
+            config = base.config
+            if plan.base is not None:
+                config = dataclasses.replace(config, env={**config.env, **plan.base.env})
+            if any(step.kind in ("run", "copy", "workdir") for step in plan.steps):
+                (work / "upper").mkdir()
+                (work / "work").mkdir()
+                await asyncio.to_thread(
+                    mount_overlay,
+                    merged,
+                    layers_dir=self.store.layers_dir,
+                    lower=self.store.lower_dirs(base),
+                    upper=work / "upper",
+                    work=work / "work",
+                )
+                mounted = True
+                sandbox = _BuildSandbox(self, merged, config)
+                if any(step.kind == "run" for step in plan.steps):
+                    await say("RUN steps run offline: build sandboxes have no network")
+            for i, step in enumerate(plan.steps, 1):
+                index = i
+                await handle.emit(
+                    {"type": "step", "index": i, "total": total, "step": step.describe()}
+                )
+                t0 = time.monotonic()
+                exit_code = 0
+                config, exit_code = await self._step(step, config, sandbox, plan, handle, i)
+                await handle.emit(
+                    {
+                        "type": "step_done",
+                        "index": i,
+                        "exit_code": exit_code,
+                        "seconds": round(time.monotonic() - t0, 3),
+                    }
+                )
+                if exit_code != 0:
+                    raise BuildFailed(
+                        f"step {i}/{total} ({step.describe()}) failed with exit code {exit_code}",
+                        index=i,
+                        exit_code=exit_code,
+                    )
+            index = None
+            layers = list(base.layers)
+            if sandbox is not None:
+                await sandbox.close()
+                # The new layer is read only once its overlay is really gone (not lazily).
+                await asyncio.to_thread(partial(unmount, merged, busy_wait=5.0, lazy=False))
+                mounted = False
+                new_layer = await asyncio.to_thread(self._finish_layer, work / "upper", base)
+                if new_layer is not None:
+                    layers.append(new_layer)
+                    await say(f"new layer {new_layer[7:19]}")
+            manifest = ImageManifest(layers=tuple(layers), config=config, source=source)
+            image_id = self.store.put_image(manifest)
+            template = self._template(plan, config, image_id, source)
+            records = [template, *(dataclasses.replace(template, name=tag) for tag in plan.tags)]
+            await commit(records, image_id)
+            await handle.emit(
+                {
+                    "type": "done",
+                    "template": _public(template),
+                    "seconds": round(time.monotonic() - started, 3),
+                }
+            )
+            return template
+        except BaseException as exc:
+            if isinstance(exc, BuildFailed):
+                failure: BuildFailed = exc
+            elif isinstance(exc, asyncio.CancelledError):
+                failure = BuildFailed("the build was cancelled", index=index)
+            elif isinstance(exc, AgentError):
+                failure = BuildFailed(
+                    f"step {index}: the build sandbox's agent failed: {exc}", index=index
+                )
+            else:
+                log.exception("build of %s failed", plan.template.name)
+                where = f"step {index}: " if index else ""
+                failure = BuildFailed(f"{where}{type(exc).__name__}: {exc}", index=index)
+            with contextlib.suppress(Exception):
+                await handle.emit(
+                    {
+                        "type": "failed",
+                        "error": f"building template {plan.template.name!r}: {failure}",
+                        "index": failure.index,
+                        "exit_code": failure.exit_code,
+                    }
+                )
+            if not isinstance(exc, Exception):
+                raise
+            return None
+        finally:
+            if sandbox is not None:
+                await asyncio.shield(sandbox.close())
+            if mounted:
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(unmount, merged)
+            await asyncio.to_thread(shutil.rmtree, work, True)
+
+    async def _step(
+        self,
+        step: BuildStep,
+        config: ImageConfig,
+        sandbox: _BuildSandbox | None,
+        plan: BuildPlan,
+        handle: BuildHandle,
+        index: int,
+    ) -> tuple[ImageConfig, int]:
+        kind, value = step.kind, step.value
+        if kind == "env":
+            return dataclasses.replace(config, env={**config.env, **value}), 0  # type: ignore[dict-item]
+        if kind == "label":
+            return dataclasses.replace(config, labels={**config.labels, **value}), 0  # type: ignore[dict-item]
+        if kind == "user":
+            return dataclasses.replace(config, user=str(value)), 0
+        if kind in ("cmd", "entrypoint"):
+            return dataclasses.replace(config, **{kind: list(value)}), 0  # type: ignore[call-overload]
+        assert sandbox is not None
+        client = await sandbox.agent()
+        if kind == "workdir":
+            path = os.path.join(config.workdir or "/", str(value))
+            await client.mkdir(path, parents=True)
+            return dataclasses.replace(config, workdir=path), 0
+        if kind == "copy":
+            await self._copy(client, step, config, plan, handle, index)
+            return config, 0
+        if kind == "run":
+            return config, await self._run(client, step, config, plan, handle, index)
+        raise BuildFailed(f"step {index}: unknown step kind {kind!r}", index=index)
+
+    async def _run(
+        self,
+        client: AgentClient,
+        step: BuildStep,
+        config: ImageConfig,
+        plan: BuildPlan,
+        handle: BuildHandle,
+        index: int,
+    ) -> int:
+        spec: dict[str, Any] = {
+            "env": {**plan.build_args, **step.build_env, **config.env},
+            "cwd": config.workdir or "/",
+            "user": config.user,
+        }
+        if isinstance(step.value, list):
+            spec["cmd"] = step.value
+        else:
+            spec["shell"] = str(step.value)
+        stream = client.stream_process(spec)
+        exit_code: int | None = None
+        try:
+            async for event in stream:
+                kind = event.get("type")
+                if kind in ("stdout", "stderr"):
+                    data = base64.b64decode(event.get("data") or "").decode(errors="replace")
+                    await handle.emit(
+                        {"type": "output", "index": index, "stream": kind, "data": data}
+                    )
+                elif kind == "exit":
+                    exit_code = event.get("exit_code")
+                    if exit_code is None:
+                        exit_code = 128 + int(event.get("signal") or 9)
+        except AgentError as exc:
+            if exc.code == "exec_failed":
+                raise BuildFailed(
+                    f"step {index} ({step.describe()}): {exc}", index=index, exit_code=127
+                ) from exc
+            raise
+        finally:
+            await stream.aclose()
+        if exit_code is None:
+            raise BuildFailed(
+                f"step {index} ({step.describe()}): the process vanished", index=index
+            )
+        return int(exit_code)
+
+    async def _copy(
+        self,
+        client: AgentClient,
+        step: BuildStep,
+        config: ImageConfig,
+        plan: BuildPlan,
+        handle: BuildHandle,
+        index: int,
+    ) -> None:
+        value: dict[str, Any] = step.value  # type: ignore[assignment]
+        sources = [self._host_path(str(s), plan, index) for s in value["src"]]
+        dst = os.path.join(config.workdir or "/", str(value["dst"]))
+        into_dir = str(value["dst"]).endswith("/") or len(sources) > 1
+        copied = 0
+        for src in sources:
+            if value.get("extract") and src.is_file() and tarfile.is_tarfile(src):
+                copied += await self._copy_tar(client, src, dst)
+                continue
+            if src.is_dir():
+                for dirpath, _dirs, files in os.walk(src):
+                    rel = os.path.relpath(dirpath, src)
+                    target_dir = os.path.normpath(os.path.join(dst, rel))
+                    await client.mkdir(target_dir, parents=True)
+                    for name in sorted(files):
+                        copied += await self._put(
+                            client, Path(dirpath, name), os.path.join(target_dir, name)
+                        )
+            elif src.is_file():
+                target = os.path.join(dst, src.name) if into_dir else dst
+                copied += await self._put(client, src, target)
+            else:
+                raise BuildFailed(
+                    f"step {index} ({step.describe()}): {src} does not exist",
+                    index=index,
+                    exit_code=1,
+                )
+        await handle.emit(
+            {
+                "type": "output",
+                "index": index,
+                "stream": "info",
+                "data": f"copied {copied} file(s) to {dst}\n",
+            }
+        )
+
+    @staticmethod
+    def _host_path(src: str, plan: BuildPlan, index: int) -> Path:
+        if os.path.isabs(src):
+            return Path(src)
+        if plan.context_dir is None:
+            raise BuildFailed(
+                f"step {index}: relative COPY source {src!r} needs a build context", index=index
+            )
+        path = (plan.context_dir / src).resolve()
+        context = plan.context_dir.resolve()
+        if path != context and context not in path.parents:
+            raise BuildFailed(
+                f"step {index}: COPY source {src!r} is outside the build context", index=index
+            )
+        return path
+
+    @staticmethod
+    async def _put(client: AgentClient, src: Path, target: str) -> int:
+        if src.is_symlink() or not src.is_file():
+            return 0
+        mode = src.stat().st_mode & 0o7777
+
+        async def chunks() -> AsyncIterator[bytes]:
+            with open(src, "rb") as fh:
+                while chunk := await asyncio.to_thread(fh.read, 1 << 20):
+                    yield chunk
+
+        await client.write_file(target, chunks(), mode=mode, parents=True)
+        return 1
+
+    async def _copy_tar(self, client: AgentClient, src: Path, dst: str) -> int:
+        count = 0
+        with tarfile.open(src, "r:*") as archive:
+            for member in archive.getmembers():
+                name = os.path.normpath(member.name.lstrip("/"))
+                if name.startswith(".."):
+                    continue
+                target = os.path.join(dst, name)
+                if member.isdir():
+                    await client.mkdir(target, parents=True)
+                elif member.isfile():
+                    fh = archive.extractfile(member)
+                    assert fh is not None
+                    data = fh.read()
+
+                    async def one(data: bytes = data) -> AsyncIterator[bytes]:
+                        yield data
+
+                    await client.write_file(target, one(), mode=member.mode & 0o7777, parents=True)
+                    count += 1
+        return count
+
+    def _finish_layer(self, upper: Path, base: ImageManifest) -> str | None:
+        """Drop the agent's mount points from the new layer and store it; None if it is empty."""
+        agent_dir = upper / _AGENT_DIR
+        if agent_dir.exists() and not any(
+            (self.store.layer_path(ref) / _AGENT_DIR).exists() for ref in base.layers
+        ):
+            shutil.rmtree(agent_dir)
+        if not any(upper.iterdir()):
+            return None
+        digest = layer_digest(upper)
+        self.store.add_layer(digest, upper)
+        return digest
+
+    def _template(
+        self, plan: BuildPlan, config: ImageConfig, image_id: str, source: str
+    ) -> TemplateRecord:
+        t = plan.template
+        start = t.start_cmd
+        # A Dockerfile's CMD/ENTRYPOINT (not an imported image's own) is the start command.
+        if start is None and any(s.kind in ("cmd", "entrypoint") for s in plan.steps):
+            start = [*(config.entrypoint or []), *(config.cmd or [])] or None
+        return dataclasses.replace(
+            t,
+            image=image_id,
+            env=dict(config.env),
+            workdir=config.workdir,
+            user=config.user,
+            labels=dict(config.labels),
+            start_cmd=start,
+            source=source,
+            created_at=time.time(),
+        )
+
+
+def _public(template: TemplateRecord) -> dict[str, Any]:
+    return dataclasses.asdict(template)

@@ -1,0 +1,287 @@
+"""Templates as a user builds and uses them: every image source, build steps, tags, ceilings,
+removal, and each way a build fails (which must name the cause and leave no template behind).
+
+The images are made offline by the test (``images.py``); the registry is Debian's
+``docker-registry`` started on a free loopback port with its own storage dir and stopped by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import Daemon, free_port
+from .images import write_docker_archive, write_oci_layout
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("images")
+    return {
+        "archive": write_docker_archive(root / "busybox.tar"),
+        "oci": write_oci_layout(root / "oci", tag="v1"),
+        "root": root,
+    }
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if shutil.which("docker-registry") is None:
+        pytest.skip("docker-registry is not installed (scripts/setup installs it)")
+    root = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    config = root / "config.yml"
+    config.write_text(
+        "version: 0.1\n"
+        "log:\n  level: error\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    with open(root / "registry.log", "wb") as log:
+        process = subprocess.Popen(
+            ["docker-registry", "serve", str(config)], stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(
+                "docker-registry did not listen: " + (root / "registry.log").read_text()
+            )
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def create(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return daemon.cli("template", "create", *args, timeout=300)
+
+
+def new(daemon: Daemon, *args: str) -> str:
+    made = daemon.cli("new", "--json", *args)
+    assert made.returncode == 0, made.stderr.decode()
+    return str(json.loads(made.stdout)["id"])
+
+
+def run(daemon: Daemon, sandbox: str, *cmd: str) -> subprocess.CompletedProcess[bytes]:
+    return daemon.cli("exec", sandbox, "--", *cmd)
+
+
+def template_names(daemon: Daemon) -> list[str]:
+    listed = daemon.cli("template", "ls", "--json")
+    assert listed.returncode == 0, listed.stderr.decode()
+    return [t["name"] for t in json.loads(listed.stdout)]
+
+
+def remove(daemon: Daemon, *names: str) -> None:
+    for name in names:
+        daemon.cli("template", "rm", name)
+
+
+def test_busybox_docker_archive_runs_the_agent_without_python(
+    daemon: Daemon, images: dict[str, Path]
+) -> None:
+    made = create(daemon, "bbox", "--from", f"docker-archive:{images['archive']}")
+    assert made.returncode == 0, made.stderr.decode()
+    assert b"unpacking" in made.stdout and b"built bbox" in made.stdout
+    sandbox = new(daemon, "--template", "bbox")
+    try:
+        out = run(daemon, sandbox, "sh", "-c", "echo hello $IMAGE_VAR; ls /bin/busybox")
+        assert out.returncode == 0, out.stderr.decode()
+        assert out.stdout == b"hello busybox\n/bin/busybox\n"
+        no_python = run(daemon, sandbox, "python3", "-c", "pass")
+        assert no_python.returncode != 0
+        assert b"python3" in no_python.stderr
+        listed = json.loads(daemon.cli("ls", "--json").stdout)
+        assert {s["id"]: s["template"] for s in listed}[sandbox] == "bbox"
+        refused = daemon.cli("template", "rm", "bbox")
+        assert refused.returncode == 1 and sandbox.encode() in refused.stderr
+    finally:
+        daemon.cli("kill", sandbox)
+    assert daemon.cli("template", "rm", "bbox").returncode == 0
+    assert "bbox" not in template_names(daemon)
+
+
+def test_oci_layout_child_template_shares_layers_and_tags(
+    daemon: Daemon, images: dict[str, Path]
+) -> None:
+    assert create(daemon, "boci:v1", "--from", f"oci:{images['oci']}:v1").returncode == 0
+    child = create(
+        daemon,
+        "bdev:v2",
+        "--from",
+        "boci:v1",
+        "--tag",
+        "latest",
+        "--env",
+        "A=1",
+        "--workdir",
+        "/work",
+        "--run",
+        "echo built > made.txt; rm /bin/cat",
+        "--user",
+        "nobody",
+    )
+    try:
+        assert child.returncode == 0, child.stderr.decode()
+        assert b"RUN steps run offline" in child.stdout
+        parent = json.loads(daemon.cli("template", "info", "boci:v1", "--json").stdout)
+        info = json.loads(daemon.cli("template", "info", "bdev", "--json").stdout)
+        assert info["layers"][: len(parent["layers"])] == parent["layers"]
+        assert len(info["layers"]) == len(parent["layers"]) + 1
+        assert (
+            info["image"]
+            == json.loads(daemon.cli("template", "info", "bdev:v2", "--json").stdout)["image"]
+        )
+        assert {"boci:v1", "bdev", "bdev:v2"} <= set(template_names(daemon))
+        sandbox = new(daemon, "--template", "bdev:latest")
+        try:
+            out = run(daemon, sandbox, "sh", "-c", "pwd; id -u; echo $A; ls made.txt; ls /bin/cat")
+            assert out.stdout.decode().split("\n")[:4] == ["/work", "65534", "1", "made.txt"]
+            assert out.returncode != 0  # /bin/cat was removed by the build
+        finally:
+            daemon.cli("kill", sandbox)
+        assert daemon.cli("template", "rm", "bdev:v2").returncode == 0
+        assert "bdev" in template_names(daemon) and "bdev:v2" not in template_names(daemon)
+    finally:
+        remove(daemon, "bdev", "bdev:v2", "boci:v1")
+
+
+def test_template_ceilings_refuse_bigger_sandboxes(daemon: Daemon, images: dict[str, Path]) -> None:
+    made = create(
+        daemon,
+        "bsmall",
+        "--from",
+        f"docker-archive:{images['archive']}",
+        "--memory",
+        "128",
+        "--max-memory",
+        "256",
+        "--max-cpu",
+        "1",
+    )
+    try:
+        assert made.returncode == 0, made.stderr.decode()
+        refused = daemon.cli("new", "--template", "bsmall", "--memory", "512", "--cpu", "2")
+        assert refused.returncode == 1
+        message = refused.stderr.decode()
+        assert "memory 512 MiB is over the template's ceiling of 256 MiB by 256 MiB" in message
+        assert "cpu 2 is over the template's ceiling of 1 vCPUs" in message
+        sandbox = new(daemon, "--template", "bsmall")
+        info = json.loads(daemon.cli("info", sandbox, "--json").stdout)
+        daemon.cli("kill", sandbox)
+        assert info["memory_mib"] == 128
+    finally:
+        remove(daemon, "bsmall")
+
+
+def test_dockerfile_build_copies_files_and_records_the_start_command(
+    daemon: Daemon, images: dict[str, Path]
+) -> None:
+    context = images["root"] / "ctx"
+    (context / "src").mkdir(parents=True)
+    (context / "src" / "hello.txt").write_text("hello from the context\n")
+    dockerfile = context / "Dockerfile"
+    dockerfile.write_text(
+        "ARG GREETING=hi\n"
+        "FROM base\n"
+        "ENV APP=/app\n"
+        "WORKDIR $APP\n"
+        "COPY src/ ./src/\n"
+        "RUN cat src/hello.txt > copy.txt && echo $GREETING >> copy.txt\n"
+        'CMD ["sleep", "1"]\n'
+    )
+    made = create(daemon, "dfile", "--dockerfile", str(dockerfile))
+    try:
+        assert made.returncode == 0, made.stderr.decode()
+        info = json.loads(daemon.cli("template", "info", "dfile", "--json").stdout)
+        assert info["start_cmd"] == ["sleep", "1"] and info["workdir"] == "/app"
+        sandbox = new(daemon, "--template", "dfile")
+        try:
+            out = run(daemon, sandbox, "cat", "copy.txt")
+            assert out.stdout == b"hello from the context\nhi\n", out.stderr
+        finally:
+            daemon.cli("kill", sandbox)
+    finally:
+        remove(daemon, "dfile")
+
+
+def test_registry_pull_anonymous(daemon: Daemon, images: dict[str, Path], registry: str) -> None:
+    pushed = subprocess.run(
+        [
+            "skopeo",
+            "--insecure-policy",
+            "copy",
+            "--quiet",
+            "--dest-tls-verify=false",
+            f"oci:{images['oci']}:v1",
+            f"docker://{registry}/corral/busybox:v1",
+        ],
+        capture_output=True,
+    )
+    assert pushed.returncode == 0, pushed.stderr.decode()
+    made = create(daemon, "breg", "--from", f"registry:{registry}/corral/busybox:v1")
+    try:
+        assert made.returncode == 0, made.stderr.decode()
+        sandbox = new(daemon, "--template", "breg")
+        try:
+            assert run(daemon, sandbox, "echo", "pulled").stdout == b"pulled\n"
+        finally:
+            daemon.cli("kill", sandbox)
+        missing = create(daemon, "bmiss", "--from", f"registry:{registry}/corral/nothing:v9")
+        assert missing.returncode == 1
+        assert b"registry:" in missing.stderr and b"nothing" in missing.stderr
+        assert "bmiss" not in template_names(daemon)
+    finally:
+        remove(daemon, "breg")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--run", "echo step one; echo oops >&2; exit 3"], b"step 1/1 (RUN echo step one"),
+        (["--from", "registry:127.0.0.1:{closed}/x/y:z"], b"fetching registry:127.0.0.1:"),
+        (["--from", "docker-archive:{bad}"], b"fetching docker-archive:"),
+        (["--from", "nosuchtemplate"], b"template 'nosuchtemplate' not found"),
+        (["--dockerfile", "{dockerfile}"], b"Dockerfile line 2: EXPOSE is not supported"),
+    ],
+    ids=["failing-run", "unreachable-registry", "bad-archive", "missing-template", "dockerfile"],
+)
+def test_failed_builds_name_the_cause_and_leave_nothing(
+    daemon: Daemon, images: dict[str, Path], args: list[str], expected: bytes
+) -> None:
+    bad = images["root"] / "bad.tar"
+    bad.write_bytes(b"this is not a tar archive")
+    dockerfile = images["root"] / "Dockerfile.bad"
+    dockerfile.write_text("FROM base\nEXPOSE 80\n")
+    given = [a.format(closed=free_port(), bad=bad, dockerfile=dockerfile) for a in args]
+    failed = create(daemon, "broken", *given)
+    assert failed.returncode == 1
+    assert expected in failed.stderr, failed.stderr.decode()
+    assert "broken" not in template_names(daemon)
+    if args[0] == "--run":
+        assert b"exit code 3" in failed.stderr
+        assert b"oops" in failed.stderr  # the step's own stderr was streamed
+        logs = daemon.cli("template", "logs", "broken")
+        assert b"step one" in logs.stdout and b"exit code 3" in logs.stdout
+    leftovers = list((daemon.data_dir / "store" / "tmp").iterdir())
+    assert leftovers == []
