@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 
 from corral.cli._state import client, parse_pairs, print_json
-from corral.cli.render import print_templates
 from corral.sdk.templates import BuildEvent, Template
 
 __all__ = ["templates_app"]
@@ -140,8 +139,27 @@ def list_templates(
     found = client(ctx).templates()
     if as_json:
         print_json([tpl.to_dict() for tpl in found])
-    else:
-        print_templates(found)
+        return
+    rows = [("NAME", "IMAGE", "SOURCE", "CPU", "MEMORY", "DISK", "CEILINGS", "IN USE")]
+    for t in found:
+        ceilings = "/".join(
+            "-" if v is None else f"{v:g}" for v in (t.max_cpu, t.max_memory_mib, t.max_disk_mib)
+        )
+        rows.append(
+            (
+                t.name,
+                t.image[:19] if t.image.startswith("sha256:") else t.image,
+                t.source if len(t.source) <= 40 else "…" + t.source[-39:],
+                f"{t.cpu:g}",
+                f"{t.memory_mib} MiB",
+                f"{t.disk_mib} MiB",
+                "-" if ceilings == "-/-/-" else ceilings,
+                str(len(t.used_by)),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 @templates_app.command("info")
