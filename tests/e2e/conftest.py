@@ -64,8 +64,22 @@ class Daemon:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def start_daemon(data_dir: Path, prefix: str, subnet: str, port: int | None = None) -> Daemon:
+def free_subnet() -> str:
+    """A /16 that nothing on this host routes yet (other test runs may be going on)."""
+    from corral.network.conflicts import foreign_routes
+
+    for _ in range(50):
+        subnet = f"10.{secrets.randbelow(136) + 64}.0.0/16"
+        if not foreign_routes("zz", subnet):
+            return subnet
+    raise RuntimeError("no free 10.x.0.0/16 subnet for a test daemon")
+
+
+def start_daemon(
+    data_dir: Path, prefix: str, subnet: str | None = None, port: int | None = None
+) -> Daemon:
     port = port or free_port()
+    subnet = subnet or free_subnet()
     log_path = data_dir.parent / f"{data_dir.name}.log"
     env = {
         **os.environ,
@@ -130,7 +144,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         raise RuntimeError(f"the base image is missing from {IMAGES_DIR}: run ./scripts/setup")
     prefix = "ce" + secrets.token_hex(2)
     data_dir = tmp_path_factory.mktemp("daemon") / "data"
-    daemon = start_daemon(data_dir, prefix, "10.231.0.0/16")
+    daemon = start_daemon(data_dir, prefix)
     try:
         yield daemon
     finally:

@@ -83,10 +83,12 @@ class Workspace:
     @classmethod
     def open(cls, settings: Settings) -> Workspace:
         """Wire the real runtime (gVisor) and network (slots) for ``settings``."""
+        from corral.network.conflicts import check_subnet_free
         from corral.network.slots import SlotNetwork
         from corral.runtime.gvisor import GVisorRuntime
         from corral.runtime.inject import host_agent_mount
 
+        check_subnet_free(settings.network_prefix, settings.network_subnet)
         runtime = GVisorRuntime(
             settings.sandboxes_dir, runsc=settings.runsc, platform=settings.runsc_platform
         )
