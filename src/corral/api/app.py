@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
-from corral.api.deps import require_key
+from corral.api.deps import VerifiedKeys, require_key
 from corral.api.errors import AsciiJSONResponse, install_error_handlers
 from corral.api.routes import (
     files,
@@ -42,6 +42,7 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
         default_response_class=AsciiJSONResponse,
     )
     app.state.workspace = ws
+    app.state.verified_keys = VerifiedKeys()
     install_error_handlers(app)
     app.include_router(health.router)
     authed = [Depends(require_key)]

@@ -48,6 +48,15 @@ def configure_logging(level: str) -> None:
     logging.getLogger("uvicorn.error").setLevel(logging.INFO)
 
 
+def _http_protocol() -> str:
+    """httptools (C parser, ~0.3 ms less per request than h11) when installed, else h11."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
 def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None:
     overrides: dict[str, object] = {}
     if data_dir is not None:
@@ -73,7 +82,7 @@ def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=10,
-        http="h11",
+        http=_http_protocol(),
     )
     server = uvicorn.Server(config)
     server.run()

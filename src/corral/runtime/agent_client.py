@@ -37,7 +37,7 @@ __all__ = ["AgentClient", "AgentError", "AgentUnavailable"]
 _UNARY_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 _TRANSFER_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=30.0)
 _FOLLOW_TIMEOUT = httpx.Timeout(connect=5.0, read=None, write=60.0, pool=30.0)
-_READY_POLL = 0.005
+_READY_POLL = 0.002  # a refused connect costs ~0.2 ms; the agent starts in ~100 ms
 _FILE_CHUNK = 1024 * 1024
 
 
