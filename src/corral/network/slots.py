@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from hashlib import blake2s
+from typing import overload
 
 from pyroute2.netlink.exceptions import NetlinkError
 
@@ -152,19 +153,30 @@ class SlotPlan:
 class SlotNetwork:
     """The real ``Network``: one slot per lease, built on lease and torn down on release.
 
-    Invariants: an index is in at most one of ``_leased`` (handed out) and ``_busy`` (being
-    built, torn down or reaped); both are only changed under ``_lock``, and the blocking kernel
-    work runs outside it, so slots are built and torn down concurrently. ``lease()`` without an
-    index never picks an index whose namespaces exist: they may belong to a running sandbox of a
-    previous daemon that is yet to be adopted with ``lease(index)``. ``_known`` holds the indices
-    this instance built or adopted; ``close()`` retries the teardown of those that are not leased.
+    With ``spare`` > 0 it keeps up to that many slots built ahead, unleased, in ``_spare``:
+    ``lease()`` hands one out at once (building a slot takes ~20 ms) and a background task builds
+    its replacement. Spares are counted as neither leased nor free (``spares``), are never reaped
+    as stale, and ``close_spares()`` (daemon shutdown) or ``close()`` tears them down.
+
+    Invariants: an index is in at most one of ``_leased`` (handed out), ``_spare`` (built ahead)
+    and ``_busy`` (being built, torn down or reaped); all are only changed under ``_lock``, and
+    the blocking kernel work runs outside it, so slots are built and torn down concurrently.
+    ``lease()`` without an index never picks an index whose namespaces exist: they may belong
+    to a running sandbox of a previous daemon that is yet to be adopted with ``lease(index)``.
+    ``_known`` holds the indices this instance built or adopted; ``close()`` retries the teardown
+    of those that are not leased.
     One prefix belongs to one ``SlotNetwork`` at a time (tests use their own prefixes).
     """
 
-    def __init__(self, prefix: str = "corral", subnet: str = "10.200.0.0/16") -> None:
+    def __init__(
+        self, prefix: str = "corral", subnet: str = "10.200.0.0/16", *, spare: int = 0
+    ) -> None:
         self._plan = SlotPlan(prefix, subnet)
         self._lock = asyncio.Lock()
         self._leased: dict[int, Slot] = {}
+        self._spare: dict[int, Slot] = {}
+        self._spare_target = spare
+        self._refill: asyncio.Task[None] | None = None
         self._busy: set[int] = set()
         self._known: set[int] = set()
         self._host_rules_ready = False
@@ -179,7 +191,71 @@ class SlotNetwork:
         """The slots this instance has leased, by index."""
         return [self._leased[index] for index in sorted(self._leased)]
 
+    @property
+    def spares(self) -> list[Slot]:
+        """The slots built ahead and not leased, by index."""
+        return [self._spare[index] for index in sorted(self._spare)]
+
     async def lease(self, index: int | None = None) -> Slot:
+        if index is None and self._spare_target:
+            async with self._lock:
+                self._check_open()
+                if self._spare:
+                    slot = self._spare.pop(min(self._spare))
+                    self._leased[slot.index] = slot
+                    self._start_refill()
+                    return slot
+            slot = await self._build_slot(None)
+            async with self._lock:
+                self._start_refill()
+            return slot
+        return await self._build_slot(index)
+
+    def _start_refill(self) -> None:
+        """(Under ``_lock``.) Build spares up to the target in the background."""
+        if self._refill is None or self._refill.done():
+            self._refill = asyncio.create_task(self._fill_spares(), name="slot-spares")
+
+    async def _fill_spares(self) -> None:
+        while True:
+            async with self._lock:
+                if self._closed or len(self._spare) >= self._spare_target:
+                    return
+            try:
+                if await self._build_slot(None, spare=True) is None:
+                    return
+            except NetworkFailure as exc:
+                log.warning("building a spare slot failed: %s", exc)
+                return
+
+    async def close_spares(self) -> None:
+        """Tear down the spare slots (daemon shutdown; leased slots stay for their sandboxes)."""
+        async with self._lock:
+            self._spare_target = 0
+            refill = self._refill
+        if refill is not None:  # not cancelled: a build in a thread would outlive it
+            await refill
+        async with self._lock:
+            spares = sorted(self._spare)
+            self._spare.clear()
+            self._busy.update(spares)
+        try:
+            for index in spares:
+                await asyncio.to_thread(_teardown, self._plan.layout(index))
+                self._known.discard(index)
+        finally:
+            async with self._lock:
+                self._busy.difference_update(spares)
+
+    @overload
+    async def _build_slot(self, index: int | None) -> Slot: ...
+
+    @overload
+    async def _build_slot(self, index: None, *, spare: bool) -> Slot | None: ...
+
+    async def _build_slot(self, index: int | None, *, spare: bool = False) -> Slot | None:
+        """Build (or adopt) a slot and lease it; with ``spare``, keep it as a spare instead,
+        or tear it down again (None) if spares are no longer wanted by then."""
         async with self._lock:
             self._check_open()
             if index is None:
@@ -187,7 +263,7 @@ class SlotNetwork:
                 adopt = False
             else:
                 self._plan.layout(index)  # range check
-                if index in self._leased or index in self._busy:
+                if index in self._leased or index in self._busy or index in self._spare:
                     raise NetworkFailure(f"slot {index} is already leased")
                 adopt = self._exists(index)
             if not self._host_rules_ready:
@@ -207,9 +283,22 @@ class SlotNetwork:
             host_address=layout.slot_address,
         )
         async with self._lock:
-            self._leased[index] = slot
             self._known.add(index)
-        return slot
+            if not spare:
+                self._leased[index] = slot
+                return slot
+            wanted = not self._closed and len(self._spare) < self._spare_target
+            if wanted:
+                self._spare[index] = slot
+                return slot
+            self._busy.add(index)
+        try:
+            await asyncio.to_thread(_teardown, layout)
+            self._known.discard(index)
+        finally:
+            async with self._lock:
+                self._busy.discard(index)
+        return None
 
     async def prepare(self, slot: Slot) -> None:
         async with self._lock:
@@ -235,6 +324,7 @@ class SlotNetwork:
                 self._busy.discard(slot.index)
 
     async def close(self) -> None:
+        await self.close_spares()
         async with self._lock:
             if self._closed:
                 return
@@ -260,7 +350,7 @@ class SlotNetwork:
         async with self._lock:
             self._check_open()
             found = await asyncio.to_thread(self._indices_on_host)
-            stale = sorted(found - set(keep) - set(self._leased) - self._busy)
+            stale = sorted(found - set(keep) - set(self._leased) - set(self._spare) - self._busy)
             self._busy.update(stale)
         try:
             for index in stale:
@@ -284,7 +374,12 @@ class SlotNetwork:
     def _pick_free_index(self) -> int:
         on_host = self._netns_indices()
         for index in range(self._plan.capacity):
-            if index not in self._leased and index not in self._busy and index not in on_host:
+            if (
+                index not in self._leased
+                and index not in self._spare
+                and index not in self._busy
+                and index not in on_host
+            ):
                 return index
         raise NoFreeSlot(f"all {self._plan.capacity} slots of {self._plan.prefix!r} are in use")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from corral.config import Settings
 from corral.images import ImageStore
@@ -29,6 +29,8 @@ from corral.storage import Database
 
 log = logging.getLogger("corral.workspace")
 
+SPARE_SLOTS = 2  # network slots built ahead: a create does not wait ~20 ms for its slot
+
 
 @dataclass
 class Workspace:
@@ -44,6 +46,7 @@ class Workspace:
     lifecycle: LifecycleService
     snapshots: SnapshotService
     transfer: TransferService
+    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -92,8 +95,12 @@ class Workspace:
         runtime = GVisorRuntime(
             settings.sandboxes_dir, runsc=settings.runsc, platform=settings.runsc_platform
         )
-        network = SlotNetwork(prefix=settings.network_prefix, subnet=settings.network_subnet)
-        return cls.build(settings, runtime, network, host_agent_mount())
+        network = SlotNetwork(
+            prefix=settings.network_prefix, subnet=settings.network_subnet, spare=SPARE_SLOTS
+        )
+        workspace = cls.build(settings, runtime, network, host_agent_mount())
+        workspace.on_stop.append(network.close_spares)
+        return workspace
 
     async def start(self) -> None:
         self.api_keys.ensure_admin_key(self.settings.admin_key_path)
@@ -103,4 +110,9 @@ class Workspace:
 
     async def stop(self) -> None:
         await self.lifecycle.stop()
+        for hook in self.on_stop:
+            try:
+                await hook()
+            except Exception:
+                log.exception("stopping the workspace: %s failed", hook)
         self.db.close()

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 
 from corral.network import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure, Slot, SlotNetwork
+from corral.network.namespaces import list_netns
 from corral.network.slots import SlotPlan
 
 pytestmark = [
@@ -99,12 +100,12 @@ def prefix() -> Iterator[str]:
 
 
 @pytest.fixture
-async def networks(prefix: str) -> AsyncIterator[Callable[[], SlotNetwork]]:
+async def networks(prefix: str) -> AsyncIterator[Callable[..., SlotNetwork]]:
     """A factory of ``SlotNetwork``s on the test's prefix; all are released and closed after."""
     made: list[SlotNetwork] = []
 
-    def make() -> SlotNetwork:
-        made.append(SlotNetwork(prefix=prefix))
+    def make(spare: int = 0) -> SlotNetwork:
+        made.append(SlotNetwork(prefix=prefix, spare=spare))
         return made[-1]
 
     yield make
@@ -316,3 +317,23 @@ async def test_timing_of_set_up_and_tear_down(networks: Callable[[], SlotNetwork
         f"(min {min(set_up):.1f}), tear-down median {statistics.median(tear_down):.1f} ms "
         f"(min {min(tear_down):.1f})"
     )
+
+
+async def test_spare_slots_are_leased_at_once_and_torn_down_at_shutdown(
+    networks: Callable[..., SlotNetwork], prefix: str
+) -> None:
+    network = networks(spare=1)
+    first = await network.lease()
+    for _ in range(200):  # the spare is built in the background
+        if network.spares:
+            break
+        await asyncio.sleep(0.01)
+    [spare] = network.spares
+    assert spare.index != first.index and network.leased == [first]
+    second = await network.lease()
+    assert second == spare and network.leased == [first, second]
+    await network.release(first)
+    await network.release(second)
+    await network.close_spares()
+    assert network.spares == []
+    assert not [name for name in list_netns() if name.startswith(f"{prefix}-")]
