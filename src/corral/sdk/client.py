@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from corral.sdk._http import DEFAULT_TIMEOUT, HTTPSession
+from corral.sdk._transfer import Destination, Source, download, upload
 from corral.sdk.config import resolve_api_key, resolve_url
-from corral.sdk.models import Capacity, SandboxInfo, TemplateInfo
+from corral.sdk.models import Capacity, ImportResult, SandboxInfo, SnapshotInfo, TemplateInfo
 from corral.sdk.sandbox import AsyncSandbox
 
 __all__ = ["AsyncClient"]
@@ -131,6 +133,10 @@ class AsyncClient:
         metadata: Mapping[str, str] | None = None,
         ttl_seconds: int | None = None,
         snapshot: str | None = None,
+        secret_env: Mapping[str, str] | None = None,
+        on_timeout: str | None = None,
+        auto_park_idle: int | None = None,
+        auto_wake: bool = False,
     ) -> SandboxInfo:
         body: dict[str, Any] = {"template": template}
         optional = {
@@ -138,14 +144,19 @@ class AsyncClient:
             "memory_mib": memory_mib,
             "disk_mib": disk_mib,
             "ttl_seconds": ttl_seconds,
-            # Not in SandboxCreate yet: sent only when asked for, so today's daemon is unaffected.
             "snapshot": snapshot,
+            "on_timeout": on_timeout,
+            "auto_park_idle": auto_park_idle,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         if env:
             body["env"] = dict(env)
+        if secret_env:
+            body["secret_env"] = dict(secret_env)
         if metadata:
             body["metadata"] = dict(metadata)
+        if auto_wake:
+            body["auto_wake"] = True
         return SandboxInfo.from_wire(
             await self.session.json("POST", "/v1/sandboxes", json_body=body)
         )
@@ -161,6 +172,10 @@ class AsyncClient:
         metadata: Mapping[str, str] | None = None,
         ttl_seconds: int | None = None,
         snapshot: str | None = None,
+        secret_env: Mapping[str, str] | None = None,
+        on_timeout: str | None = None,
+        auto_park_idle: int | None = None,
+        auto_wake: bool = False,
     ) -> AsyncSandbox:
         """A new sandbox sharing this client (closing the sandbox handle leaves the client open)."""
         info = await self.create_sandbox_info(
@@ -172,6 +187,10 @@ class AsyncClient:
             metadata=metadata,
             ttl_seconds=ttl_seconds,
             snapshot=snapshot,
+            secret_env=secret_env,
+            on_timeout=on_timeout,
+            auto_park_idle=auto_park_idle,
+            auto_wake=auto_wake,
         )
         return AsyncSandbox(self, info)
 
@@ -185,3 +204,35 @@ class AsyncClient:
     def sandbox(self, sandbox_id: str) -> AsyncSandbox:
         """A handle on sandbox `sandbox_id` without asking the daemon (no round trip)."""
         return AsyncSandbox(self, SandboxInfo(id=sandbox_id, state="unknown"))
+
+    # -- snapshots and transfer ---------------------------------------------------------------
+
+    async def snapshots(self) -> list[SnapshotInfo]:
+        answer = await self.session.json("GET", "/v1/snapshots")
+        return [SnapshotInfo.from_wire(item) for item in answer.get("snapshots", [])]
+
+    async def get_snapshot(self, name: str) -> SnapshotInfo:
+        return SnapshotInfo.from_wire(await self.session.json("GET", _snapshot_path(name)))
+
+    async def remove_snapshot(self, name: str) -> None:
+        """Delete a snapshot (raises `NotFound` if there is none)."""
+        await self.session.request("DELETE", _snapshot_path(name))
+
+    async def export_sandbox(self, sandbox_id: str, destination: Destination) -> int:
+        """Write parked sandbox `sandbox_id` as one checksummed file; returns the bytes."""
+        return await download(
+            self.session, f"/v1/sandboxes/{quote(sandbox_id, safe='')}/export", destination
+        )
+
+    async def export_snapshot(self, name: str, destination: Destination) -> int:
+        """Write snapshot `name` as one checksummed file; returns the bytes."""
+        return await download(self.session, f"{_snapshot_path(name)}/export", destination)
+
+    async def import_file(self, source: Source) -> ImportResult:
+        """Bring in a file made by an export (on this host or another), streamed. The daemon
+        checks every checksum and registers the parked sandbox or snapshot only if all match."""
+        return ImportResult.from_wire(await upload(self.session, "/v1/import", source))
+
+
+def _snapshot_path(name: str) -> str:
+    return f"/v1/snapshots/{quote(name, safe='')}"

@@ -7,7 +7,8 @@ CorralError                     anything the SDK raises on purpose
 └── APIError                    the daemon answered with an error (status, code, message)
     ├── AuthenticationError     401/403: missing or wrong API key
     ├── NotFound                404: no such sandbox, process, file or template
-    ├── Conflict                409 `conflict`: wrong state for the action
+    ├── Conflict                409 `conflict`: wrong state for the action, or
+    │                           `secret_bearing`: the sandbox holds secrets that would be copied
     ├── CapacityError           409 `capacity`: over a ceiling or over free capacity
     ├── InvalidRequest          400/422 `invalid`: a malformed request
     ├── ExecFailed              400 `exec_failed`: the command could not be started
@@ -105,6 +106,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     "forbidden": AuthenticationError,
     "not_found": NotFound,
     "conflict": Conflict,
+    "secret_bearing": Conflict,
     "capacity": CapacityError,
     "invalid": InvalidRequest,
     "exec_failed": ExecFailed,

@@ -15,6 +15,7 @@ __all__ = [
     "Capacity",
     "ExecResult",
     "FileInfo",
+    "ImportResult",
     "ProcessEvent",
     "ProcessInfo",
     "ResourceUsage",
@@ -35,7 +36,11 @@ class _Wire:
 @dataclass(frozen=True, slots=True)
 class SandboxInfo(_Wire):
     """A sandbox as the daemon records it. `state` is one of creating, running, parked, stopped,
-    killed, error."""
+    killed, error.
+
+    `secret_env_keys` names the env values given as secret at creation (the values themselves
+    never leave the daemon); `parent_id` is the sandbox it was forked or restored from;
+    `image_mib` the disk its parked memory image takes."""
 
     id: str
     state: str
@@ -48,6 +53,12 @@ class SandboxInfo(_Wire):
     created_at: float = 0.0
     expires_at: float | None = None
     error: str | None = None
+    secret_env_keys: list[str] = field(default_factory=list)
+    on_timeout: str = "kill"
+    auto_park_idle: int | None = None
+    auto_wake: bool = False
+    parent_id: str | None = None
+    image_mib: int = 0
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SandboxInfo:
@@ -63,6 +74,12 @@ class SandboxInfo(_Wire):
             created_at=float(data.get("created_at", 0.0)),
             expires_at=data.get("expires_at"),
             error=data.get("error"),
+            secret_env_keys=[str(key) for key in data.get("secret_env_keys") or []],
+            on_timeout=str(data.get("on_timeout") or "kill"),
+            auto_park_idle=data.get("auto_park_idle"),
+            auto_wake=bool(data.get("auto_wake", False)),
+            parent_id=data.get("parent_id"),
+            image_mib=int(data.get("image_mib") or 0),
         )
 
 
@@ -259,20 +276,50 @@ class TemplateInfo(_Wire):
 
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo(_Wire):
-    """A saved sandbox state. The daemon's snapshot schema is not final; unknown fields are kept
-    in `extra`."""
+    """A saved sandbox state that `create(snapshot=name)` restores from, any number of times.
+
+    `kind` is `memory` (processes included) or `fs` (files only); `source_id` is the sandbox it
+    was taken from; `size_mib` the disk it takes."""
 
     name: str
-    sandbox_id: str | None = None
-    created_at: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    kind: str = "memory"
+    source_id: str = ""
+    template: str = ""
+    cpu: float = 0.0
+    memory_mib: int = 0
+    disk_mib: int = 0
+    size_mib: int = 0
+    created_at: float = 0.0
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SnapshotInfo:
-        known = {"name", "sandbox_id", "created_at"}
         return cls(
-            name=str(data.get("name", "")),
-            sandbox_id=data.get("sandbox_id"),
-            created_at=data.get("created_at"),
-            extra={k: v for k, v in data.items() if k not in known},
+            name=str(data["name"]),
+            kind=str(data.get("kind", "memory")),
+            source_id=str(data.get("source_id", "")),
+            template=str(data.get("template", "")),
+            cpu=float(data.get("cpu", 0.0)),
+            memory_mib=int(data.get("memory_mib", 0)),
+            disk_mib=int(data.get("disk_mib", 0)),
+            size_mib=int(data.get("size_mib", 0)),
+            created_at=float(data.get("created_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult(_Wire):
+    """What an imported file held: a parked sandbox (`kind == "sandbox"`) or a snapshot."""
+
+    kind: str
+    sandbox: SandboxInfo | None = None
+    snapshot: SnapshotInfo | None = None
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ImportResult:
+        sandbox = data.get("sandbox")
+        snapshot = data.get("snapshot")
+        return cls(
+            kind=str(data.get("kind", "")),
+            sandbox=SandboxInfo.from_wire(sandbox) if sandbox else None,
+            snapshot=SnapshotInfo.from_wire(snapshot) if snapshot else None,
         )

@@ -17,6 +17,7 @@ import anyio
 import httpx
 
 from corral.sdk._content import UploadData
+from corral.sdk._transfer import Destination, download
 from corral.sdk.errors import ConnectionFailed, CorralError, NotFound
 from corral.sdk.files import AsyncFiles
 from corral.sdk.models import ExecResult, ProcessInfo, SandboxInfo, SnapshotInfo
@@ -119,12 +120,22 @@ class AsyncSandbox:
         metadata: Mapping[str, str] | None = None,
         ttl_seconds: int | None = None,
         snapshot: str | None = None,
+        secret_env: Mapping[str, str] | None = None,
+        on_timeout: str | None = None,
+        auto_park_idle: int | None = None,
+        auto_wake: bool = False,
         url: str | None = None,
         api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> _Opening:
         """Make a new sandbox: `sbx = await AsyncSandbox.create()` or
-        `async with AsyncSandbox.create() as sbx:` (or `async with await ...`)."""
+        `async with AsyncSandbox.create() as sbx:` (or `async with await ...`).
+
+        `snapshot` restores a saved state instead of starting the template fresh. `secret_env`
+        values reach the sandbox but are never stored or shown, and make it secret-bearing (no
+        fork, export or memory snapshot). `on_timeout` ("kill" or "park") says how `ttl_seconds`
+        ends; `auto_park_idle` parks it after that many idle seconds; `auto_wake` wakes a parked
+        sandbox on the next exec or file call."""
 
         async def open_sandbox() -> AsyncSandbox:
             client = _own_client(url, api_key, transport)
@@ -138,6 +149,10 @@ class AsyncSandbox:
                     metadata=metadata,
                     ttl_seconds=ttl_seconds,
                     snapshot=snapshot,
+                    secret_env=secret_env,
+                    on_timeout=on_timeout,
+                    auto_park_idle=auto_park_idle,
+                    auto_wake=auto_wake,
                 )
             except BaseException:
                 await client.aclose()
@@ -248,18 +263,33 @@ class AsyncSandbox:
         return await self.info()
 
     async def fork(self, count: int = 1) -> builtins.list[AsyncSandbox]:
-        """`count` new sandboxes continuing from this one's current state, processes included.
-        They share this handle's client."""
+        """`count` new sandboxes continuing from this one's current state, processes included;
+        this one keeps running. They share this handle's client."""
         answer = await self.session.json("POST", f"{self.path}/fork", json_body={"count": count})
         return [
             AsyncSandbox(self.client, SandboxInfo.from_wire(item))
             for item in answer.get("sandboxes", [])
         ]
 
-    async def snapshot(self, name: str) -> SnapshotInfo:
-        """Save this sandbox's state under `name`; `create(snapshot=name)` restores from it."""
-        answer = await self.session.json("POST", f"{self.path}/snapshots", json_body={"name": name})
-        return SnapshotInfo.from_wire(answer or {"name": name, "sandbox_id": self.id})
+    async def snapshot(
+        self, name: str, *, fs_only: bool = False, allow_secrets: bool = False
+    ) -> SnapshotInfo:
+        """Save this sandbox's state under `name`; `create(snapshot=name)` restores from it.
+
+        A memory snapshot (the default) keeps running processes; `fs_only` keeps files only.
+        A secret-bearing sandbox allows only `fs_only`, and only with `allow_secrets`."""
+        body: dict[str, Any] = {"name": name}
+        if fs_only:
+            body["fs_only"] = True
+        if allow_secrets:
+            body["allow_secrets"] = True
+        answer = await self.session.json("POST", f"{self.path}/snapshots", json_body=body)
+        return SnapshotInfo.from_wire(answer)
+
+    async def export(self, destination: Destination) -> int:
+        """Write this parked sandbox as one checksummed file (a path or a binary file object),
+        streamed; `AsyncClient.import_file` on another host brings it back. Returns the bytes."""
+        return await download(self.session, f"{self.path}/export", destination)
 
     # -- processes ----------------------------------------------------------------------------
 

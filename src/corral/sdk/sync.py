@@ -15,12 +15,14 @@ import httpx
 
 from corral.sdk._content import UploadData
 from corral.sdk._portal import portal
+from corral.sdk._transfer import Destination, Source
 from corral.sdk.client import AsyncClient
 from corral.sdk.files import AsyncFiles
 from corral.sdk.models import (
     Capacity,
     ExecResult,
     FileInfo,
+    ImportResult,
     ProcessEvent,
     ProcessInfo,
     SandboxInfo,
@@ -144,8 +146,13 @@ class Sandbox:
         api_key: str | None = None,
         *,
         snapshot: str | None = None,
+        secret_env: Mapping[str, str] | None = None,
+        on_timeout: str | None = None,
+        auto_park_idle: int | None = None,
+        auto_wake: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> Sandbox:
+        """See `AsyncSandbox.create` for the meaning of each option."""
         opening = AsyncSandbox.create(
             template,
             cpu=cpu,
@@ -155,6 +162,10 @@ class Sandbox:
             metadata=metadata,
             ttl_seconds=ttl_seconds,
             snapshot=snapshot,
+            secret_env=secret_env,
+            on_timeout=on_timeout,
+            auto_park_idle=auto_park_idle,
+            auto_wake=auto_wake,
             url=url,
             api_key=api_key,
             transport=transport,
@@ -221,8 +232,15 @@ class Sandbox:
     def fork(self, count: int = 1) -> builtins.list[Sandbox]:
         return [Sandbox(child) for child in portal().call(self._async.fork(count))]
 
-    def snapshot(self, name: str) -> SnapshotInfo:
-        return portal().call(self._async.snapshot(name))
+    def snapshot(
+        self, name: str, *, fs_only: bool = False, allow_secrets: bool = False
+    ) -> SnapshotInfo:
+        return portal().call(
+            self._async.snapshot(name, fs_only=fs_only, allow_secrets=allow_secrets)
+        )
+
+    def export(self, destination: Destination) -> int:
+        return portal().call(self._async.export(destination))
 
     def exec(
         self,
@@ -346,6 +364,10 @@ class Client:
         metadata: Mapping[str, str] | None = None,
         ttl_seconds: int | None = None,
         snapshot: str | None = None,
+        secret_env: Mapping[str, str] | None = None,
+        on_timeout: str | None = None,
+        auto_park_idle: int | None = None,
+        auto_wake: bool = False,
     ) -> Sandbox:
         inner = portal().call(
             self._async.create_sandbox(
@@ -357,6 +379,10 @@ class Client:
                 metadata=metadata,
                 ttl_seconds=ttl_seconds,
                 snapshot=snapshot,
+                secret_env=secret_env,
+                on_timeout=on_timeout,
+                auto_park_idle=auto_park_idle,
+                auto_wake=auto_wake,
             )
         )
         return Sandbox(inner)
@@ -366,6 +392,24 @@ class Client:
 
     def sandbox(self, sandbox_id: str) -> Sandbox:
         return Sandbox(self._async.sandbox(sandbox_id))
+
+    def snapshots(self) -> list[SnapshotInfo]:
+        return portal().call(self._async.snapshots())
+
+    def get_snapshot(self, name: str) -> SnapshotInfo:
+        return portal().call(self._async.get_snapshot(name))
+
+    def remove_snapshot(self, name: str) -> None:
+        portal().call(self._async.remove_snapshot(name))
+
+    def export_sandbox(self, sandbox_id: str, destination: Destination) -> int:
+        return portal().call(self._async.export_sandbox(sandbox_id, destination))
+
+    def export_snapshot(self, name: str, destination: Destination) -> int:
+        return portal().call(self._async.export_snapshot(name, destination))
+
+    def import_file(self, source: Source) -> ImportResult:
+        return portal().call(self._async.import_file(source))
 
 
 async def _await(opening: _Opening) -> AsyncSandbox:

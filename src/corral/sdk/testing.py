@@ -60,6 +60,7 @@ class FakeDaemon:
         self.sandboxes: dict[str, dict[str, Any]] = {}
         self.files: dict[str, dict[str, bytes]] = {}
         self.processes: dict[str, dict[int, _Process]] = {}
+        self.snapshots: dict[str, dict[str, Any]] = {}
         self.requests: list[httpx.Request] = []
         self.break_streams_after: int | None = None
         self.fail_next: tuple[int, str, str] | None = None
@@ -103,6 +104,12 @@ class FakeDaemon:
             ("POST", sbx + r"/(park|wake)", self._transition),
             ("POST", sbx + r"/fork", self._fork),
             ("POST", sbx + r"/snapshots", self._snapshot),
+            ("GET", sbx + r"/export", self._export_sandbox),
+            ("GET", r"/v1/snapshots", self._list_snapshots),
+            ("GET", r"/v1/snapshots/([^/]+)", self._get_snapshot),
+            ("DELETE", r"/v1/snapshots/([^/]+)", self._remove_snapshot),
+            ("GET", r"/v1/snapshots/([^/]+)/export", self._export_snapshot),
+            ("POST", r"/v1/import", self._import),
             ("POST", sbx + r"/exec", self._exec),
             ("GET", sbx + r"/processes", self._processes),
             ("GET", sbx + r"/processes/(\d+)/events", self._events),
@@ -154,6 +161,12 @@ class FakeDaemon:
             "created_at": time.time(),
             "expires_at": None,
             "error": None,
+            "secret_env_keys": [],
+            "on_timeout": "kill",
+            "auto_park_idle": None,
+            "auto_wake": False,
+            "parent_id": None,
+            "image_mib": 0,
         }
         record.update({key: value for key, value in fields.items() if value is not None})
         self.sandboxes[record["id"]] = record
@@ -167,8 +180,15 @@ class FakeDaemon:
             raise _Failure(404, "not_found", f"no template {body['template']}")
         if (body.get("memory_mib") or 0) > 8192:
             raise _Failure(409, "capacity", "memory_mib 9000 is over the free 7680 MiB by 1320")
-        body.pop("snapshot", None)
-        return httpx.Response(201, json=self.add_sandbox(**body))
+        # Secret values are used and forgotten, as the daemon does: only their names are kept.
+        body["secret_env_keys"] = sorted(body.pop("secret_env", None) or {})
+        snapshot = body.pop("snapshot", None)
+        if snapshot is None:
+            return httpx.Response(201, json=self.add_sandbox(**body))
+        saved = self._snapshot_record(snapshot)
+        record = self.add_sandbox(**body, parent_id=saved["source_id"])
+        self.files[record["id"]] = dict(saved["files"])
+        return httpx.Response(201, json=record)
 
     async def _list(self, request: httpx.Request) -> httpx.Response:
         state = request.url.params.get("state")
@@ -192,6 +212,8 @@ class FakeDaemon:
         self, request: httpx.Request, sandbox_id: str, action: str
     ) -> httpx.Response:
         record = self._sandbox(sandbox_id)
+        if action == "wake" and record["state"] == "running":
+            return httpx.Response(200, json=record)  # as the daemon: waking is idempotent
         wanted_from, to = ("running", "parked") if action == "park" else ("parked", "running")
         if record["state"] != wanted_from:
             raise _Failure(
@@ -200,22 +222,104 @@ class FakeDaemon:
         record["state"] = to
         return httpx.Response(200, json=record)
 
+    def _refuse_secrets(self, record: dict[str, Any], action: str) -> None:
+        if record["secret_env_keys"]:
+            raise _Failure(
+                409, "secret_bearing", f"cannot {action} sandbox {record['id']}: it holds secrets"
+            )
+
     async def _fork(self, request: httpx.Request, sandbox_id: str) -> httpx.Response:
         parent = self._sandbox(sandbox_id, running=True)
+        self._refuse_secrets(parent, "fork")
         count = int(json.loads(request.content).get("count", 1))
         children = []
         for _ in range(count):
-            child = self.add_sandbox(template=parent["template"], metadata=dict(parent["metadata"]))
+            child = self.add_sandbox(
+                template=parent["template"],
+                metadata=dict(parent["metadata"]),
+                parent_id=sandbox_id,
+            )
             self.files[child["id"]] = dict(self.files[sandbox_id])
             children.append(child)
         return httpx.Response(201, json={"sandboxes": children})
 
+    # -- snapshots and transfer ---------------------------------------------------------------
+
+    def _snapshot_record(self, name: str) -> dict[str, Any]:
+        saved = self.snapshots.get(name)
+        if saved is None:
+            raise _Failure(404, "not_found", f"snapshot {name!r} not found")
+        return saved
+
+    @staticmethod
+    def _snapshot_wire(saved: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in saved.items() if key != "files"}
+
     async def _snapshot(self, request: httpx.Request, sandbox_id: str) -> httpx.Response:
-        self._sandbox(sandbox_id)
-        name = json.loads(request.content)["name"]
-        return httpx.Response(
-            201, json={"name": name, "sandbox_id": sandbox_id, "created_at": time.time()}
-        )
+        record = self._sandbox(sandbox_id, running=True)
+        body = json.loads(request.content)
+        fs_only = bool(body.get("fs_only"))
+        if not fs_only or not body.get("allow_secrets"):
+            self._refuse_secrets(record, "snapshot")
+        name = body["name"]
+        if name in self.snapshots:
+            raise _Failure(409, "conflict", f"snapshot {name!r} already exists")
+        self.snapshots[name] = {
+            "name": name,
+            "kind": "fs" if fs_only else "memory",
+            "source_id": sandbox_id,
+            "template": record["template"],
+            "cpu": record["cpu"],
+            "memory_mib": record["memory_mib"],
+            "disk_mib": record["disk_mib"],
+            "size_mib": 1,
+            "created_at": time.time(),
+            "files": dict(self.files[sandbox_id]),
+        }
+        return httpx.Response(201, json=self._snapshot_wire(self.snapshots[name]))
+
+    async def _list_snapshots(self, request: httpx.Request) -> httpx.Response:
+        found = [self._snapshot_wire(saved) for saved in self.snapshots.values()]
+        return httpx.Response(200, json={"snapshots": found})
+
+    async def _get_snapshot(self, request: httpx.Request, name: str) -> httpx.Response:
+        return httpx.Response(200, json=self._snapshot_wire(self._snapshot_record(name)))
+
+    async def _remove_snapshot(self, request: httpx.Request, name: str) -> httpx.Response:
+        self._snapshot_record(name)
+        del self.snapshots[name]
+        return httpx.Response(204)
+
+    def _export(self, kind: str, record: dict[str, Any], files: dict[str, bytes]) -> bytes:
+        encoded = {path: base64.b64encode(data).decode() for path, data in files.items()}
+        return json.dumps({"kind": kind, "record": record, "files": encoded}).encode()
+
+    async def _export_sandbox(self, request: httpx.Request, sandbox_id: str) -> httpx.Response:
+        record = self._sandbox(sandbox_id)
+        self._refuse_secrets(record, "export")
+        if record["state"] != "parked":
+            raise _Failure(409, "conflict", f"cannot export sandbox {sandbox_id}: park it first")
+        data = self._export("sandbox", record, self.files[sandbox_id])
+        return httpx.Response(200, content=data, headers={"content-type": "application/x-tar"})
+
+    async def _export_snapshot(self, request: httpx.Request, name: str) -> httpx.Response:
+        saved = self._snapshot_record(name)
+        data = self._export("snapshot", self._snapshot_wire(saved), saved["files"])
+        return httpx.Response(200, content=data, headers={"content-type": "application/x-tar"})
+
+    async def _import(self, request: httpx.Request) -> httpx.Response:
+        try:
+            exported = json.loads(request.content)
+            files = {path: base64.b64decode(data) for path, data in exported["files"].items()}
+            kind, record = exported["kind"], exported["record"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _Failure(400, "invalid", f"the export is damaged or truncated: {exc}") from exc
+        if kind == "snapshot":
+            self.snapshots[record["name"]] = {**record, "files": files}
+            return httpx.Response(201, json={"kind": "snapshot", "snapshot": record})
+        made = self.add_sandbox(**{k: v for k, v in record.items() if k != "id"})
+        self.files[made["id"]] = files
+        return httpx.Response(201, json={"kind": "sandbox", "sandbox": made})
 
     # -- processes ----------------------------------------------------------------------------
 
