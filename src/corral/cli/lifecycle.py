@@ -1,4 +1,4 @@
-"""`corral park`, `wake`, `fork`, `snapshot`: moving a sandbox's state around."""
+"""`corral park`, `wake`, `fork`: moving a running sandbox's state around."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import typer
 
 from corral.cli._state import client, print_json
 
-__all__ = ["fork", "park", "snapshot", "wake"]
+__all__ = ["fork", "park", "wake"]
 
 
 def park(ctx: typer.Context, sandbox_id: str = typer.Argument(..., metavar="ID")) -> None:
@@ -16,7 +16,7 @@ def park(ctx: typer.Context, sandbox_id: str = typer.Argument(..., metavar="ID")
 
 
 def wake(ctx: typer.Context, sandbox_id: str = typer.Argument(..., metavar="ID")) -> None:
-    """Restore a parked sandbox, processes and all."""
+    """Restore a parked sandbox, processes and all (waking a running one is not an error)."""
     details = client(ctx).sandbox(sandbox_id).wake()
     typer.echo(f"{details.id} {details.state}")
 
@@ -27,24 +27,10 @@ def fork(
     count: int = typer.Option(1, "--count", "-n", min=1, help="How many copies."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of the new sandboxes."),
 ) -> None:
-    """Make COUNT sandboxes that continue from this one's current state."""
+    """Make COUNT sandboxes that continue from this one's current state; it keeps running."""
     children = client(ctx).sandbox(sandbox_id).fork(count)
     if as_json:
         print_json([child.last_info.to_dict() for child in children])
     else:
         for child in children:
             typer.echo(child.id)
-
-
-def snapshot(
-    ctx: typer.Context,
-    sandbox_id: str = typer.Argument(..., metavar="ID"),
-    name: str = typer.Argument(..., metavar="NAME"),
-    as_json: bool = typer.Option(False, "--json", help="Print the snapshot as JSON."),
-) -> None:
-    """Save a sandbox's state as NAME (restore with `corral new --snapshot NAME`)."""
-    saved = client(ctx).sandbox(sandbox_id).snapshot(name)
-    if as_json:
-        print_json(saved.to_dict())
-    else:
-        typer.echo(saved.name)

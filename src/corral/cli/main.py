@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from corral.cli import exec as exec_verb
-from corral.cli import files, lifecycle, sandboxes, serve, templates, workspace
+from corral.cli import files, lifecycle, sandboxes, serve, snapshots, templates, transfer, workspace
 from corral.cli._state import CLIState
 from corral.sdk import AuthenticationError, CorralError
 
@@ -88,7 +88,9 @@ app.add_typer(files.app, name="files")
 app.command("park")(lifecycle.park)
 app.command("wake")(lifecycle.wake)
 app.command("fork")(lifecycle.fork)
-app.command("snapshot")(lifecycle.snapshot)
+app.add_typer(snapshots.app, name="snapshot")
+app.command("export")(transfer.export)
+app.command("import")(transfer.import_file)
 app.command("capacity")(workspace.capacity)
 app.add_typer(templates.templates_app, name="template")
 app.command("mcp")(serve.mcp)

@@ -9,7 +9,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from corral.sdk import Capacity, FileInfo, SandboxInfo, TemplateInfo
+from corral.sdk import Capacity, FileInfo, SandboxInfo, SnapshotInfo, TemplateInfo
 
 __all__ = [
     "age",
@@ -18,6 +18,7 @@ __all__ = [
     "print_files",
     "print_sandbox",
     "print_sandboxes",
+    "print_snapshots",
     "print_templates",
 ]
 
@@ -77,6 +78,18 @@ def print_sandbox(sbx: SandboxInfo) -> None:
         lines.append(("metadata", " ".join(f"{k}={v}" for k, v in sorted(sbx.metadata.items()))))
     if sbx.env:
         lines.append(("env", " ".join(sorted(sbx.env))))
+    if sbx.secret_env_keys:  # the daemon never gives the values
+        lines.append(("secret env", " ".join(sorted(sbx.secret_env_keys))))
+    if sbx.expires_at is not None:
+        lines.append(("on timeout", sbx.on_timeout))
+    if sbx.auto_park_idle:
+        lines.append(("auto park", f"after {sbx.auto_park_idle}s idle"))
+    if sbx.auto_wake:
+        lines.append(("auto wake", "yes"))
+    if sbx.parent_id:
+        lines.append(("parent", sbx.parent_id))
+    if sbx.state == "parked":
+        lines.append(("image", f"{sbx.image_mib} MiB"))
     if sbx.error:
         lines.append(("error", sbx.error))
     width = max(len(key) for key, _ in lines)
@@ -127,5 +140,20 @@ def print_templates(templates: Iterable[TemplateInfo]) -> None:
             str(number(tpl.cpu)),
             f"{tpl.memory_mib} MiB",
             f"{tpl.disk_mib} MiB",
+        )
+    _console().print(table)
+
+
+def print_snapshots(snapshots: Iterable[SnapshotInfo]) -> None:
+    table = _table("NAME", "KIND", "SOURCE", "TEMPLATE", "MEMORY", "SIZE", "AGE")
+    for saved in snapshots:
+        table.add_row(
+            saved.name,
+            saved.kind,
+            saved.source_id,
+            saved.template,
+            f"{saved.memory_mib} MiB",
+            f"{saved.size_mib} MiB",
+            age(saved.created_at),
         )
     _console().print(table)

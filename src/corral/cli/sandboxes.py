@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import enum
+
 import typer
 
 from corral.cli._state import client, parse_pairs, print_json
 from corral.cli.render import print_sandbox, print_sandboxes
 
 __all__ = ["info", "kill", "list_sandboxes", "new"]
+
+
+class OnTimeout(enum.StrEnum):
+    kill = "kill"
+    park = "park"
 
 
 def new(
@@ -18,11 +25,28 @@ def new(
     disk: int | None = typer.Option(None, "--disk", help="Disk in MiB."),
     env: list[str] = typer.Option([], "--env", help="K=V, repeatable."),
     metadata: list[str] = typer.Option([], "--metadata", help="K=V, repeatable."),
-    ttl: int | None = typer.Option(None, "--ttl", help="Kill after this many seconds."),
+    ttl: int | None = typer.Option(
+        None, "--ttl", help="End after this many seconds (see --on-timeout)."
+    ),
     snapshot: str | None = typer.Option(None, "--snapshot", help="Restore from this snapshot."),
+    secret_env: list[str] = typer.Option(
+        [],
+        "--secret-env",
+        help="K=V never stored or shown; the sandbox then refuses fork, export and memory "
+        "snapshots. Repeatable.",
+    ),
+    on_timeout: OnTimeout = typer.Option(
+        OnTimeout.kill, "--on-timeout", help="What the end of --ttl does."
+    ),
+    auto_park_idle: int | None = typer.Option(
+        None, "--auto-park-idle", min=1, help="Park after this many seconds without use."
+    ),
+    auto_wake: bool = typer.Option(
+        False, "--auto-wake", help="Wake a parked sandbox on exec or file calls."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the sandbox as JSON."),
 ) -> None:
-    """Create a sandbox and print its id."""
+    """Create a sandbox (or restore one from --snapshot) and print its id."""
     sandbox = client(ctx).create_sandbox(
         template,
         cpu=cpu,
@@ -32,6 +56,10 @@ def new(
         metadata=parse_pairs(metadata, "--metadata"),
         ttl_seconds=ttl,
         snapshot=snapshot,
+        secret_env=parse_pairs(secret_env, "--secret-env"),
+        on_timeout=None if on_timeout is OnTimeout.kill else on_timeout.value,
+        auto_park_idle=auto_park_idle,
+        auto_wake=auto_wake,
     )
     if as_json:
         print_json(sandbox.last_info.to_dict())
