@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,19 +35,27 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def start_registry(root: Path, auth: tuple[str, str] | None = None) -> Iterator[str]:
+    """Run docker-registry on a free loopback port (with htpasswd auth when given)."""
     if shutil.which("docker-registry") is None:
         pytest.skip("docker-registry is not installed (scripts/setup installs it)")
-    root = tmp_path_factory.mktemp("registry")
     port = free_port()
     config = root / "config.yml"
-    config.write_text(
+    text = (
         "version: 0.1\n"
         "log:\n  level: error\n"
         f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
         f"http:\n  addr: 127.0.0.1:{port}\n"
     )
+    if auth is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt
+
+        hashed = crypt.crypt(auth[1], crypt.mksalt(crypt.METHOD_BLOWFISH))
+        (root / "htpasswd").write_text(f"{auth[0]}:{hashed}\n")
+        text += f"auth:\n  htpasswd:\n    realm: test\n    path: {root / 'htpasswd'}\n"
+    config.write_text(text)
     with open(root / "registry.log", "wb") as log:
         process = subprocess.Popen(
             ["docker-registry", "serve", str(config)], stdout=log, stderr=log
@@ -70,6 +79,29 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from start_registry(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="module")
+def private_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from start_registry(tmp_path_factory.mktemp("registry-auth"), ("corral", "s3cret"))
+
+
+def push(images: dict[str, Path], target: str, *creds: str) -> None:
+    pushed = subprocess.run(
+        [
+            *("skopeo", "--insecure-policy", "copy", "--quiet", "--dest-tls-verify=false"),
+            *creds,
+            f"oci:{images['oci']}:v1",
+            f"docker://{target}",
+        ],
+        capture_output=True,
+    )
+    assert pushed.returncode == 0, pushed.stderr.decode()
 
 
 def create(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -226,19 +258,7 @@ def test_dockerfile_build_copies_files_and_records_the_start_command(
 
 
 def test_registry_pull_anonymous(daemon: Daemon, images: dict[str, Path], registry: str) -> None:
-    pushed = subprocess.run(
-        [
-            "skopeo",
-            "--insecure-policy",
-            "copy",
-            "--quiet",
-            "--dest-tls-verify=false",
-            f"oci:{images['oci']}:v1",
-            f"docker://{registry}/corral/busybox:v1",
-        ],
-        capture_output=True,
-    )
-    assert pushed.returncode == 0, pushed.stderr.decode()
+    push(images, f"{registry}/corral/busybox:v1")
     made = create(daemon, "breg", "--from", f"registry:{registry}/corral/busybox:v1")
     try:
         assert made.returncode == 0, made.stderr.decode()
@@ -285,3 +305,20 @@ def test_failed_builds_name_the_cause_and_leave_nothing(
         assert b"step one" in logs.stdout and b"exit code 3" in logs.stdout
     leftovers = list((daemon.data_dir / "store" / "tmp").iterdir())
     assert leftovers == []
+
+
+def test_registry_pull_with_credentials(
+    daemon: Daemon, images: dict[str, Path], private_registry: str
+) -> None:
+    image = f"{private_registry}/corral/busybox:v1"
+    push(images, image, "--dest-creds=corral:s3cret")
+    refused = create(daemon, "bpriv", "--from", f"registry:{image}")
+    assert refused.returncode == 1 and b"fetching registry:" in refused.stderr
+    made = create(daemon, "bpriv", "--from", f"registry:{image}", "--creds", "corral:s3cret")
+    try:
+        assert made.returncode == 0, made.stderr.decode()
+        info = daemon.cli("template", "info", "bpriv", "--json").stdout
+        logs = daemon.cli("template", "logs", "bpriv").stdout
+        assert b"s3cret" not in info and b"s3cret" not in logs and b"s3cret" not in made.stdout
+    finally:
+        remove(daemon, "bpriv")
