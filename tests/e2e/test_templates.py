@@ -322,3 +322,31 @@ def test_registry_pull_with_credentials(
         assert b"s3cret" not in info and b"s3cret" not in logs and b"s3cret" not in made.stdout
     finally:
         remove(daemon, "bpriv")
+
+
+def test_sdk_template_builder(daemon: Daemon, images: dict[str, Path]) -> None:
+    from corral import BuildError, Client, Sandbox, Template
+
+    with Client(daemon.url, daemon.key) as client:
+        spec = (
+            Template()
+            .from_image(f"docker-archive:{images['archive']}")
+            .set_envs({"GREETING": "hey"})
+            .set_workdir("/srv")
+            .run_cmd("echo $GREETING > greeting")
+        )
+        seen: list[str] = []
+        info = Template.build(spec, "bsdk", client=client, on_log=lambda e: seen.append(e.type))
+        try:
+            assert info.name == "bsdk" and info.workdir == "/srv"
+            assert seen[0] == "start" and seen[-1] == "done" and "output" in seen
+            assert "bsdk" in [t.name for t in client.templates()]
+            with Sandbox.create(template="bsdk", url=daemon.url, api_key=daemon.key) as sbx:
+                assert sbx.exec(["cat", "greeting"]).stdout == "hey\n"
+            with pytest.raises(BuildError) as failed:
+                Template.build(
+                    Template().from_image("bsdk").run_cmd("exit 7"), "bsdk2", client=client
+                )
+            assert failed.value.step == 1 and failed.value.exit_code == 7
+        finally:
+            remove(daemon, "bsdk")
