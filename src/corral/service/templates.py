@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
 import re
 import time
@@ -145,6 +146,18 @@ class TemplateService:
                         source="prebuilt",
                     )
                 )
+
+    async def close(self) -> None:
+        """Daemon stop: cancel running builds (they clean up after themselves) and take down
+        the image views. Running sandboxes keep theirs (runsc holds its own copy of the mount);
+        views are mounted again on first use after the next start."""
+        for handle in list(self._building.values()):
+            task = getattr(handle, "task", None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        await asyncio.to_thread(self.store.unmount_all)
 
     # -- queries -----------------------------------------------------------------------------
     def list(self) -> builtins.list[TemplateRecord]:

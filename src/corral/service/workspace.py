@@ -100,6 +100,7 @@ class Workspace:
         )
         workspace = cls.build(settings, runtime, network, host_agent_mount())
         workspace.on_stop.append(network.close_spares)
+        workspace.on_stop.append(workspace.templates.close)
         return workspace
 
     async def start(self) -> None:
