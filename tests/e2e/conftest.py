@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,8 +76,13 @@ def free_subnet() -> str:
 
 
 def start_daemon(
-    data_dir: Path, prefix: str, subnet: str | None = None, port: int | None = None
+    data_dir: Path,
+    prefix: str,
+    subnet: str | None = None,
+    port: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Daemon:
+    """`extra_env` adds to the daemon's environment (e.g. the crash hook ``CORRAL_CRASH_AT``)."""
     port = port or free_port()
     subnet = subnet or free_subnet()
     log_path = data_dir.parent / f"{data_dir.name}.log"
@@ -89,6 +94,7 @@ def start_daemon(
         "CORRAL_LOG_LEVEL": "debug",
         # A known memory total, so that capacity refusals are deterministic.
         "CORRAL_MEMORY_MIB": "12288",
+        **(extra_env or {}),
     }
     with open(log_path, "ab") as log:
         process = subprocess.Popen(

@@ -10,6 +10,7 @@ file, fsynced) and only then renamed into place. ``reconcile`` reads those facts
 
     state/operation      image complete?   runtime running?   settles as
     running/parking      yes               any                parked (runtime leftovers removed)
+    running/parking      written, unsealed checkpointed       parked (the image is sealed first)
     running/parking      no                yes                running (partial image removed)
     running/waking       -                 yes                running (image removed)
     running/waking       -                 no                 parked (the image was never removed)
@@ -349,6 +350,13 @@ class LifecycleService:
         if op == "parking":
             if image_complete(partial) and not image_complete(final):
                 os.replace(partial, final)
+            elif partial.is_dir() and not image_complete(final):
+                # The runtime marks a sandbox checkpointed only once runsc has written the
+                # image and it is fsynced: the checkpoint finished and only the seal is missing.
+                # Dropping that image would lose the sandbox's processes.
+                info = await self.runtime.info(record.id)
+                if info.status is RuntimeStatus.STOPPED and info.detail == "checkpointed":
+                    await asyncio.to_thread(seal_image, partial, final)
             if image_complete(final):
                 await sb.release_resources(record.id, record.slot_index)
                 self.db.sandboxes.update(
