@@ -1,0 +1,97 @@
+"""Park and wake as a user sees them: same id, processes running again from where they were,
+the reservation freed while parked, and nothing lost over repeated cycles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from corral import Conflict, Sandbox
+from tests.e2e.conftest import Daemon
+from tests.e2e.workloads import (
+    ask_server,
+    assert_counting,
+    is_running,
+    read_count,
+    start_counter,
+    start_server,
+)
+
+
+def capacity(daemon: Daemon) -> dict[str, dict[str, float]]:
+    result = daemon.cli("capacity", "--json")
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def test_wake_brings_back_counter_server_and_stdin_waiter(daemon: Daemon) -> None:
+    with Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=256, cpu=1) as sbx:
+        counter = start_counter(sbx)
+        server = start_server(sbx)
+        waiter = sbx.exec_background(
+            ["sh", "-c", "read line; echo got:$line; read more; echo then:$more"], stdin=True
+        )
+        sbx.files.write("/root/notes.txt", "before park")
+        served_before = int(ask_server(sbx).split()[1])
+        count_before = read_count(sbx)
+        before = capacity(daemon)
+
+        parked = sbx.park()
+        assert (parked.id, parked.state) == (sbx.id, "parked")
+        assert parked.image_mib > 0
+        while_parked = capacity(daemon)
+        assert while_parked["memory"]["reserved"] == before["memory"]["reserved"] - 256
+        assert while_parked["cpu"]["reserved"] == before["cpu"]["reserved"] - 1
+        assert while_parked["disk"]["reserved"] == (
+            before["disk"]["reserved"] - parked.disk_mib + parked.image_mib
+        )
+        with pytest.raises(Conflict, match="parked"):
+            sbx.exec("true")
+
+        woken = sbx.wake()
+        assert (woken.id, woken.state) == (sbx.id, "running")
+        assert capacity(daemon)["memory"]["reserved"] == before["memory"]["reserved"]
+        assert_counting(sbx, count_before)
+        assert is_running(sbx, counter) and is_running(sbx, server)
+        assert ask_server(sbx) == f"served {served_before + 1}"
+        assert sbx.files.read("/root/notes.txt") == b"before park"
+
+        assert is_running(sbx, waiter), "the stdin reader should still be waiting"
+        waiter.send_stdin("after wake\n")
+        sbx.park()
+        sbx.wake()  # its output so far and its open stdin survive a second cycle too
+        waiter.send_stdin("second\n")
+        waiter.close_stdin()
+        assert waiter.wait().stdout == "got:after wake\nthen:second\n"
+        assert sbx.exec("echo still works").stdout == "still works\n"
+
+
+def test_five_park_wake_cycles_keep_files_and_processes(daemon: Daemon) -> None:
+    with Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=256) as sbx:
+        counter = start_counter(sbx)
+        last = read_count(sbx)
+        for cycle in range(1, 6):
+            sbx.files.write(f"/root/cycle-{cycle}", f"written in cycle {cycle}")
+            sbx.exec(["sh", "-c", f"echo {cycle} >> /tmp/log"])
+            assert sbx.park().state == "parked"
+            assert sbx.wake().state == "running"
+            last = assert_counting(sbx, last)
+            assert is_running(sbx, counter)
+            for earlier in range(1, cycle + 1):
+                written = sbx.files.read(f"/root/cycle-{earlier}")
+                assert written == f"written in cycle {earlier}".encode()
+            logged = sbx.files.read("/tmp/log").split()
+            assert logged == [str(n).encode() for n in range(1, cycle + 1)]
+        assert [p.pid for p in sbx.processes() if p.running] == [counter.pid]
+
+
+def test_wake_of_a_running_sandbox_answers_it_running(daemon: Daemon) -> None:
+    with Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=256) as sbx:
+        counter = start_counter(sbx)
+        assert sbx.wake().state == "running"
+        assert is_running(sbx, counter)
+        sbx.park()
+        with pytest.raises(Conflict, match="parked"):
+            sbx.park()
+        assert sbx.wake().state == "running"
