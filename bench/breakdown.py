@@ -3,12 +3,12 @@
 Each run does what ``SandboxService.create`` and ``GVisorRuntime.start`` do, in the same order
 and with the same mechanisms, but stamps the clock between the phases:
 
-    lease     SlotNetwork.lease (namespaces, veths, nftables of a slot)
+    lease     SlotNetwork.lease, with spares like the daemon (else namespaces, veths, nftables)
     prepare   SlotNetwork.prepare (eth0's inner address and route)
     disk      create_disk (sparse image, mkfs.ext4, loop mount)
     bundle    render_config + write_config
     run       runsc run -detach (returns once the agent process was started)
-    state     runsc state (the check that it is running)
+    state     RunscRunner.recorded_state (the check that it is running)
     ready     the agent answers /health (AgentClient.wait_ready)
     echo      POST /processes?stream=true of `echo hi` until its stdout event
 
@@ -36,6 +36,7 @@ from corral.runtime.disk import create_disk, remove_disk
 from corral.runtime.inject import host_agent_mount
 from corral.runtime.reaper import become_subreaper
 from corral.runtime.runsc import NetworkMode, RunscOptions, RunscRunner
+from corral.service.workspace import SPARE_SLOTS
 
 PHASES = ("lease", "prepare", "disk", "bundle", "run", "state", "ready", "echo")
 
@@ -83,7 +84,7 @@ async def _one(
             log_path=sdir / "console.log",
         )
         stamps.mark("run")
-        await runsc.state(cid)
+        assert runsc.recorded_state(cid) == "running"
         stamps.mark("state")
         async with AgentClient(slot.host_address) as client:
             await client.wait_ready(20)
@@ -148,10 +149,10 @@ async def _importtime(
         shutil.rmtree(sdir, ignore_errors=True)
 
 
-# Import the agent as a module (not run it): what it costs to get to main().
+# Run the agent's module body (not main()) with builtins only, so the probe adds no imports.
 _IMPORT_PROBE = (
-    "import sys, importlib.util as u; s = u.spec_from_file_location('agent', sys.argv[1]); "
-    "m = u.module_from_spec(s); s.loader.exec_module(m)"
+    "import sys; p = sys.argv[1]; "
+    "exec(compile(open(p, 'rb').read(), p, 'exec'), {'__name__': 'agent', '__file__': p})"
 )
 
 
@@ -172,7 +173,7 @@ def _summarise_importtime(text: str, top: int = 12) -> list[str]:
 async def run_breakdown(runs: int, rootfs: Path) -> None:
     become_subreaper()
     prefix = "cq" + secrets.token_hex(2)
-    network = SlotNetwork(prefix=prefix, subnet="10.234.0.0/16")
+    network = SlotNetwork(prefix=prefix, subnet="10.234.0.0/16", spare=SPARE_SLOTS)
     work = Path(tempfile.mkdtemp(prefix="corral-bench-bd-"))
     state = Path("/run/corral") / ("bd" + secrets.token_hex(4))
     runsc = RunscRunner(RunscOptions(binary="runsc", root=state))

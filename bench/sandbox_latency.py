@@ -4,7 +4,8 @@
 
 Prints p50/p99 over the runs and the ratio to raw `runsc run` / `runsc exec` on the same base
 image and platform (systrap). Also prints the host memory of an idle sandbox (PSS of all its host
-processes) beside an idle raw runsc container.
+processes, PSS and USS) beside an idle raw runsc container. Raw and corral samples are taken
+alternately, so load from elsewhere on the host weighs on both alike.
 
 What each clock covers:
 - create → first output: from the create call until the stdout of `echo hi` reaches the caller
@@ -22,31 +23,55 @@ import argparse
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _harness import BASE_ROOTFS, Figures, RawRunsc, private_daemon, report, timed, timed_inner
+from _harness import BASE_ROOTFS, Figures, RawRunsc, private_daemon, report
 
 from corral import Sandbox
 
 
-def pss_kib_of_tree(root_pids: list[int]) -> int:
-    """Sum of PSS over the processes whose command line names the container id."""
-    total = 0
-    for pid in root_pids:
+def memory_kib_of(pids: list[int]) -> tuple[int, int]:
+    """(PSS, USS) summed over ``pids``. PSS shares runsc's common pages among every runsc
+    process on the host (it moves with what else runs); USS counts only pages private to one
+    process (the application memory that a sandbox's stub processes share is not in it)."""
+    pss = uss = 0
+    for pid in pids:
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
+                key, _, rest = line.partition(":")
+                if key == "Pss":
+                    pss += int(rest.split()[0])
+                elif key in ("Private_Clean", "Private_Dirty"):
+                    uss += int(rest.split()[0])
         except OSError:
             continue
-    return total
+    return pss, uss
 
 
 def pids_matching(token: str) -> list[int]:
+    """The processes whose command line names ``token`` and all their descendants: runsc's
+    systrap stub processes (``[exe]``) map the sandbox's application memory but do not name it."""
     out = subprocess.run(["pgrep", "-f", token], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    roots = {int(p) for p in out.split()}
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return sorted(found)
 
 
 def main() -> None:
@@ -63,18 +88,6 @@ def main() -> None:
         return
     raw = RawRunsc()
     try:
-        raw_run = Figures(
-            "raw runsc run: echo hi → first output",
-            timed_inner(lambda: raw.run_first_output(["echo", "hi"], b"hi\n"), args.runs),
-        )
-        cid = raw.start_idle()
-        time.sleep(0.5)
-        raw_exec = Figures(
-            "raw runsc exec: true", timed(lambda: raw.exec(cid, ["true"]), args.runs)
-        )
-        raw_pss = pss_kib_of_tree(pids_matching(cid))
-        raw.delete(cid)
-
         with private_daemon() as daemon:
             kw = {"url": daemon.url, "api_key": daemon.key}
 
@@ -92,23 +105,61 @@ def main() -> None:
                     sbx.kill()
                 return (arrived[0] - started) * 1000
 
-            created = Figures(
-                "corral create → first output of echo", timed_inner(create_first_output, args.runs)
+            # Raw and corral samples alternate, so the host's load weighs on both alike.
+            raw_samples, corral_samples = interleaved(
+                lambda: raw.run_first_output(["echo", "hi"], b"hi\n"),
+                create_first_output,
+                args.runs,
             )
+            raw_run = Figures("raw runsc run: echo hi → first output", raw_samples)
+            created = Figures("corral create → first output of echo", corral_samples)
+
+            cid = raw.start_idle()
             sbx = Sandbox.create(**kw)
-            exec_rt = Figures(
-                "corral exec round trip: true", timed(lambda: sbx.exec(["true"]), args.runs * 3)
-            )
+            time.sleep(0.5)
+
+            def raw_exec_ms() -> float:
+                started = time.perf_counter()
+                raw.exec(cid, ["true"])
+                return (time.perf_counter() - started) * 1000
+
+            def corral_exec_ms() -> float:
+                started = time.perf_counter()
+                sbx.exec(["true"])
+                return (time.perf_counter() - started) * 1000
+
+            raw_samples, corral_samples = interleaved(raw_exec_ms, corral_exec_ms, args.runs * 3)
+            raw_exec = Figures("raw runsc exec: true", raw_samples)
+            exec_rt = Figures("corral exec round trip: true", corral_samples)
             time.sleep(1)
-            corral_pss = pss_kib_of_tree(pids_matching(sbx.id))
+            raw_pss, raw_uss = memory_kib_of(pids_matching(cid))
+            corral_pss, corral_uss = memory_kib_of(pids_matching(sbx.id))
             sbx.kill()
+            raw.delete(cid)
         report([(created, raw_run), (exec_rt, raw_exec)])
         print()
-        print(f"idle raw runsc container (sleep):   {raw_pss / 1024:7.1f} MiB PSS")
-        print(f"idle corral sandbox (agent):         {corral_pss / 1024:7.1f} MiB PSS")
-        print(f"corral beyond runsc's own:           {(corral_pss - raw_pss) / 1024:7.1f} MiB")
+        print(f"{'idle sandbox, host processes':44} {'PSS MiB':>9} {'USS MiB':>9}")
+        print(f"{'raw runsc container (sleep)':44} {raw_pss / 1024:9.1f} {raw_uss / 1024:9.1f}")
+        print(f"{'corral sandbox (agent)':44} {corral_pss / 1024:9.1f} {corral_uss / 1024:9.1f}")
+        beyond_pss, beyond_uss = (corral_pss - raw_pss) / 1024, (corral_uss - raw_uss) / 1024
+        print(f"{'corral beyond runsc own':44} {beyond_pss:9.1f} {beyond_uss:9.1f}")
     finally:
         raw.close()
+
+
+def interleaved(
+    first: Callable[[], float], second: Callable[[], float], runs: int, warmup: int = 2
+) -> tuple[list[float], list[float]]:
+    """Samples of two self-timing functions (each returns its ms), taken alternately."""
+    for _ in range(warmup):
+        first()
+        second()
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(runs):
+        a.append(first())
+        b.append(second())
+    return a, b
 
 
 if __name__ == "__main__":
