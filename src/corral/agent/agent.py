@@ -7,15 +7,16 @@ programs it is asked to run. Configuration comes from the environment: ``CORRAL_
 with is the default environment of the processes it starts (``PUT /config`` replaces it).
 
 Threads:
-- main: the HTTP accept loop (``ThreadingHTTPServer``, one thread per keep-alive connection);
+- main: the HTTP accept loop (``AgentServer``, one thread per keep-alive connection);
 - reaper: the only caller of ``waitpid`` in this process. As PID 1 (or a child subreaper when run
   elsewhere) every orphan in the sandbox becomes our child, so it waits for ``-1`` and matches the
   pid against the process table; unknown pids are orphans and are simply reaped;
-- pipe readers: one per open output pipe, taken from a pool of reused threads (a thread start
-  costs milliseconds inside gVisor and sat on the critical path of every exec);
-- deadlines: one thread that kills the process groups whose timeout ran out.
+- pipe readers: one per open output pipe, taken from a pool of reused threads, started on
+  demand (none ahead: the agent's start is on the critical path of every sandbox creation);
+- deadlines: one thread, started with the first timeout, that kills the process groups whose
+  timeout ran out.
 
-Locking: ``Agent.lock`` guards the process table and is held across ``Popen`` so the reaper, which
+Locking: ``Agent.lock`` guards the process table and is held across the spawn so the reaper, which
 looks a reaped pid up under the same lock, matches a child that exits before it was registered.
 Each ``Process.cond`` guards that process's event log, its followers' cursors and its exit state.
 Lock order: ``Agent.lock`` before ``Process.cond``; ``Process.stdin_lock`` is never taken while
