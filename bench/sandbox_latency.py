@@ -89,13 +89,13 @@ def main() -> None:
     raw = RawRunsc()
     try:
         with private_daemon() as daemon:
-            kw = {"url": daemon.url, "api_key": daemon.key}
+            url, key = daemon.url, daemon.key
 
             def create_first_output() -> float:
                 """ms from the create call to the arrival of echo's output; kill not counted."""
                 arrived: list[float] = []
                 started = time.perf_counter()
-                sbx = Sandbox.create(**kw)
+                sbx = Sandbox.create(url=url, api_key=key)
                 try:
                     result = sbx.exec(
                         ["echo", "hi"], on_stdout=lambda _text: arrived.append(time.perf_counter())
@@ -115,7 +115,7 @@ def main() -> None:
             created = Figures("corral create → first output of echo", corral_samples)
 
             cid = raw.start_idle()
-            sbx = Sandbox.create(**kw)
+            sbx = Sandbox.create(url=url, api_key=key)
             time.sleep(0.5)
 
             def raw_exec_ms() -> float:
