@@ -186,6 +186,8 @@ class Template(BaseModel):
     warmup: str | None = None
     warm: bool = False
     pool: int = 0
+    warm_ready: bool = Field(default=False, description="its warm memory image is made")
+    pool_ready: int = Field(default=0, description="ready sandboxes waiting in its pool")
     labels: dict[str, str] = Field(default_factory=dict)
     layers: list[str] = Field(default_factory=list, description="image layers, bottom first")
     used_by: list[str] = Field(default_factory=list, description="live sandboxes made from it")

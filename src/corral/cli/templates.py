@@ -122,12 +122,8 @@ def create_template(
         print_json(made.to_dict())
     elif quiet:
         typer.echo(made.name)
-    if warm or pool or warmup:
-        typer.echo(
-            "note: warmup, --warm and --pool are stored on the template; warm starts and ready "
-            "pools are not available yet",
-            err=True,
-        )
+    if pool and not as_json and not quiet:
+        typer.echo(f"filling a pool of {pool} ready sandbox(es) in the background", err=True)
 
 
 @templates_app.command("ls")

@@ -244,6 +244,8 @@ class TemplateInfo(_Wire):
     warmup: str | None = None
     warm: bool = False
     pool: int = 0
+    warm_ready: bool = False
+    pool_ready: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     layers: list[str] = field(default_factory=list)
     used_by: list[str] = field(default_factory=list)
@@ -268,6 +270,8 @@ class TemplateInfo(_Wire):
             warmup=data.get("warmup"),
             warm=bool(data.get("warm", False)),
             pool=int(data.get("pool") or 0),
+            warm_ready=bool(data.get("warm_ready", False)),
+            pool_ready=int(data.get("pool_ready") or 0),
             labels=dict(data.get("labels") or {}),
             layers=list(data.get("layers") or []),
             used_by=list(data.get("used_by") or []),

@@ -39,7 +39,7 @@ import shutil
 import string
 import tarfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -203,6 +203,10 @@ class TemplateBuilder:
         self.network = network
         self.agent_mount = agent_mount
         self.connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
+        # Run after a build commits and before it reports done (warm templates); an exception
+        # fails the build and ``rollback`` removes the committed records.
+        self.finish: Callable[[TemplateRecord, list[str], Any], Awaitable[None]] | None = None
+        self.rollback: Callable[[list[str]], Awaitable[None]] | None = None
 
     # -- the base image ----------------------------------------------------------------------
     def _base_manifest(self, base: TemplateRecord) -> ImageManifest:
@@ -332,6 +336,17 @@ class TemplateBuilder:
             template = self._template(plan, config, image_id, source)
             records = [template, *(dataclasses.replace(template, name=tag) for tag in plan.tags)]
             await commit(records, image_id)
+            if self.finish is not None and template.warm:
+                try:
+                    await self.finish(template, [r.name for r in records], handle.emit)
+                except BaseException as exc:
+                    if self.rollback is not None:
+                        with contextlib.suppress(Exception):
+                            await asyncio.shield(self.rollback([r.name for r in records]))
+                    code = getattr(exc, "exit_code", None)
+                    raise BuildFailed(
+                        f"warming the template failed: {exc}", exit_code=code
+                    ) from exc
             await handle.emit(
                 {
                     "type": "done",

@@ -201,7 +201,7 @@ class LifecycleService:
             self.crash_point("wake:before-restore")
             image = Path(record.image_path or "")
             try:
-                rootfs = self.sb.templates.rootfs(self.sb.templates.get(record.template))
+                rootfs = self.sb.rootfs_of(record)
                 await self.sb.boot(record, rootfs, record.env, image_dir=image)
             except BaseException:
                 self.db.sandboxes.update(sandbox_id, state="parked", operation=None)
@@ -274,8 +274,13 @@ class LifecycleService:
                 with contextlib.suppress(KeyError):
                     self.db.sandboxes.update(sandbox_id, operation=None)
         self.crash_point("fork:after-checkpoint")
+        results: list[SandboxRecord | BaseException] = []
         try:
-            rootfs = self.sb.templates.rootfs(self.sb.templates.get(source.template))
+            rootfs = self.sb.rootfs_of(source)
+            template = self.sb.templates.get(source.template)
+            image_ref = self.sb.templates.image_of(source.id) or template.image
+            for child in children:
+                self.sb.templates.pin_image(child.id, template, image_ref)
             limit = asyncio.Semaphore(FORK_CONCURRENCY)
 
             async def restore(child: SandboxRecord) -> SandboxRecord:
@@ -283,9 +288,13 @@ class LifecycleService:
                     await self.sb.boot(child, rootfs, child.env, image_dir=image)
                     return self.db.sandboxes.update(child.id, state="running", operation=None)
 
-            results = await asyncio.gather(
-                *(restore(child) for child in children), return_exceptions=True
+            results = list(
+                await asyncio.gather(
+                    *(restore(child) for child in children), return_exceptions=True
+                )
             )
+        except BaseException as exc:
+            results = [exc]
         finally:
             await asyncio.to_thread(shutil.rmtree, image, True)
         made = [r for r in results if isinstance(r, SandboxRecord)]

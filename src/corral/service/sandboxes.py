@@ -144,6 +144,8 @@ class SandboxService:
         self._started_at = time.time()
         # Set by the lifecycle service: wakes a parked sandbox (for auto_wake).
         self.wake_hook: Callable[[str], Awaitable[SandboxRecord]] | None = None
+        # Set by the pool service: hands out a ready sandbox that fits a request, if any.
+        self.pool_hook: Callable[[CreateRequest], Awaitable[SandboxRecord | None]] | None = None
 
     # ----------------------------------------------------------------------------- queries
     def capacity(self) -> CapacityReport:
@@ -171,10 +173,16 @@ class SandboxService:
         return record
 
     def list(
-        self, *, states: Iterable[str] | None = None, metadata: dict[str, str] | None = None
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        metadata: dict[str, str] | None = None,
+        include_pooled: bool = False,
     ) -> list[SandboxRecord]:
+        """Sandboxes as users see them (the ready pools' sandboxes are not theirs yet)."""
         wanted = set(states) if states else None
-        return self.db.sandboxes.list(states=wanted, metadata=metadata)
+        records = self.db.sandboxes.list(states=wanted, metadata=metadata)
+        return [r for r in records if include_pooled or not r.pooled]
 
     def agent(self, sandbox_id: str, action: str) -> AgentClient:
         """The agent client of a running sandbox, or a StateConflict that says why not."""
@@ -283,9 +291,23 @@ class SandboxService:
             for record in records:
                 self.db.sandboxes.add(record)
 
-    async def create(self, request: CreateRequest) -> SandboxRecord:
+    async def create(
+        self, request: CreateRequest, *, pooled: bool = False, cold: bool = False
+    ) -> SandboxRecord:
+        """A new sandbox: claimed from the template's ready pool when one fits, else restored
+        from the template's warm image, else booted cold (``cold`` forces that, for warmups)."""
+        if not pooled and not cold and self.pool_hook is not None:
+            claimed = await self.pool_hook(request)
+            if claimed is not None:
+                return claimed
         cpu, memory, disk, expires = self.resolve(request)
         template = self.templates.get(request.template)
+        warm = None if cold or not image_complete(template.warm_image) else template.warm_image
+        if warm is not None and memory != template.memory_mib:
+            raise InvalidRequest(
+                f"template {template.name!r} is warm: its sandboxes continue from a memory image "
+                f"of {template.memory_mib} MiB, so their memory cannot be changed"
+            )
         rootfs = self.templates.rootfs(template)
         env = {**template.env, **request.env}
         now = time.time()
@@ -305,16 +327,30 @@ class SandboxService:
             auto_park_idle=request.auto_park_idle,
             auto_wake=request.auto_wake,
             last_active_at=now,
+            pooled=pooled,
         )
         await self.admit([record])
         self.templates.pin(record.id, template)
+        full_env = {**env, **request.secret_env}
         async with self.lock(record.id):
             try:
-                await self.boot(record, rootfs, {**env, **request.secret_env})
-            except BaseException:
+                await self.boot(record, rootfs, full_env, image_dir=Path(warm) if warm else None)
+                if warm is not None and (request.env or request.secret_env):
+                    # The warm memory holds the template's env; give new processes this one.
+                    await self._clients[record.id].set_env(full_env)
+            except BaseException as exc:
+                if warm is not None and record.id in self._clients:
+                    await self.release_resources(record.id, self.slot_index_of(record.id))
                 self.db.sandboxes.delete(record.id)
+                if isinstance(exc, AgentError):
+                    raise OperationFailed(f"configuring sandbox {record.id}: {exc}") from exc
                 raise
             return self.db.sandboxes.update(record.id, state="running", operation=None)
+
+    def rootfs_of(self, record: SandboxRecord) -> Path:
+        """The root the sandbox's memory was made on: its pinned image, else its template's."""
+        pinned = self.templates.rootfs_for(record.id)
+        return pinned or self.templates.rootfs(self.templates.get(record.template))
 
     # ------------------------------------------------------------------------ boot machinery
     def spec_for(

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 FS_ARCHIVE = "files.tar"
 FS_DELETED = "deleted.json"
 RESTORE_TAR = "/tmp/.corral-restore.tar"
+LIST_FILE = "/tmp/.corral-snapshot.list"
 PRUNE = ("/proc", "/sys", "/dev", "/.corral", "/run")
 
 
@@ -137,6 +139,7 @@ class SnapshotService:
             await self._check_space(source, fs_only)
             partial, final = self.dir / f"{name}.partial", self.dir / name
             shutil.rmtree(partial, ignore_errors=True)
+            template = self.sb.templates.get(source.template)
             record = SnapshotRecord(
                 name=name,
                 state="creating",
@@ -149,6 +152,7 @@ class SnapshotService:
                 env=dict(source.env),
                 image_path=str(final),
                 created_at=time.time(),
+                image=self.sb.templates.image_of(source.id) or template.image,
             )
             self.db.snapshots.add(record)
             self.db.sandboxes.update(sandbox_id, operation="snapshotting")
@@ -189,30 +193,32 @@ class SnapshotService:
             )
 
     async def _capture_files(self, source: SandboxRecord, partial: Path) -> None:
-        """Tar the files changed since the template's image, and list deleted image paths."""
+        """Tar the files that differ from the sandbox's image, and list the image's deleted
+        paths: the sandbox lists its files (type, size, mtime) and the host compares them with
+        the image it has on disk."""
         client = self.sb.agent(source.id, "snapshot")
-        template = self.sb.templates.get(source.template)
-        rootfs = self.sb.templates.rootfs(template)
-        since = int((rootfs.parent / "image.json").stat().st_mtime) + 1
+        rootfs = self.sb.rootfs_of(source)
         partial.mkdir(parents=True)
         prune: list[str] = []
         for path in PRUNE:
             prune += ["-path", path, "-prune", "-o"]
-        find_changed = ["find", "/", "-xdev", *prune, "-newermt", f"@{since}", "-print0"]
         what = f"snapshotting the files of sandbox {source.id}"
-        script = (
-            " ".join(_quote(a) for a in find_changed)
-            + " | tar --null --no-recursion -T - -cpf - 2>/dev/null; exit 0"
-        )
-        with open(partial / FS_ARCHIVE, "wb") as sink:
-            await run_collect(client, ["/bin/sh", "-c", script], sink, what)
-            sink.flush()
-            os.fsync(sink.fileno())
         listing = _Collector()
-        await run_collect(client, ["find", "/", "-xdev", *prune, "-print0"], listing, what)
-        present = {p for p in listing.data.split(b"\0") if p}
+        find = ["find", "/", "-xdev", *prune, "-printf", "%y %s %T@ %p\\0"]
+        await run_collect(client, find, listing, what + " (this needs GNU find and tar)")
+        entries = [e for e in listing.data.split(b"\0") if e]
+        changed, present = await asyncio.to_thread(_changed_paths, rootfs, entries)
         deleted = await asyncio.to_thread(_deleted_paths, rootfs, present)
         (partial / FS_DELETED).write_text(json.dumps(deleted))
+        with open(partial / FS_ARCHIVE, "wb") as sink:
+            if changed:
+                await client.write_file(LIST_FILE, b"\0".join(changed), mode=0o600, parents=True)
+                tar = ["tar", "--null", "--no-recursion", "-T", LIST_FILE, "-cpf", "-"]
+                await run_collect(client, tar, sink, what)
+                with contextlib.suppress(AgentError):
+                    await client.remove(LIST_FILE, False)
+            sink.flush()
+            os.fsync(sink.fileno())
 
     # ------------------------------------------------------------------------- restore
     async def restore(self, name: str, request: CreateRequest) -> SandboxRecord:
@@ -262,8 +268,11 @@ class SnapshotService:
             parent_id=snapshot.source_id,
             last_active_at=now,
         )
+        template = self.sb.templates.get(snapshot.template)
+        image = snapshot.image or template.image
+        rootfs = self.sb.templates.image_rootfs(image, template.name)
         await self.sb.admit([record])
-        rootfs = self.sb.templates.rootfs(self.sb.templates.get(snapshot.template))
+        self.sb.templates.pin_image(record.id, template, image)
         async with self.sb.lock(record.id):
             try:
                 await self.sb.boot(record, rootfs, record.env, image_dir=Path(snapshot.image_path))
@@ -310,6 +319,30 @@ async def _read_chunks(path: Path, size: int = 1 << 20) -> Any:
 
 def _quote(arg: str) -> str:
     return "'" + arg.replace("'", "'\\''") + "'"
+
+
+def _changed_paths(rootfs: Path, entries: list[bytes]) -> tuple[list[bytes], set[bytes]]:
+    """From ``find -printf '%y %s %T@ %p'`` lines: the paths that differ from the image (new,
+    another type, size or mtime; new directories too), and every path present."""
+    root = os.fsencode(rootfs)
+    changed: list[bytes] = []
+    present: set[bytes] = set()
+    kinds = {"d": stat.S_ISDIR, "f": stat.S_ISREG, "l": stat.S_ISLNK}
+    for entry in entries:
+        kind, size, mtime, path = entry.split(b" ", 3)
+        present.add(path)
+        try:
+            st = os.lstat(root + path)
+        except OSError:
+            changed.append(path)
+            continue
+        same_kind = kinds.get(kind.decode(), lambda _mode: False)(st.st_mode)
+        differs = kind != b"d" and (
+            int(size) != st.st_size or int(float(mtime)) != int(st.st_mtime)
+        )
+        if not same_kind or differs:
+            changed.append(path)
+    return changed, present
 
 
 def _deleted_paths(rootfs: Path, present: set[bytes]) -> list[str]:

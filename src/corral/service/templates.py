@@ -22,6 +22,7 @@ import builtins
 import contextlib
 import logging
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -193,7 +194,17 @@ class TemplateService:
     def users(self, name: str) -> builtins.list[str]:
         """Ids of the live sandboxes made from template ``name``."""
         name = canonical_name(name)
-        return [r.id for r in self._db.sandboxes.list(states=_LIVE) if r.template == name]
+        return [
+            r.id
+            for r in self._db.sandboxes.list(states=_LIVE)
+            if r.template == name and not r.pooled
+        ]
+
+    def pooled_count(self, name: str) -> int:
+        """Ready sandboxes waiting in the template's pool."""
+        name = canonical_name(name)
+        live = self._db.sandboxes.list(states={"running"})
+        return sum(1 for r in live if r.template == name and r.pooled and not r.operation)
 
     # -- sandboxes ---------------------------------------------------------------------------
     def check_ceilings(
@@ -225,6 +236,31 @@ class TemplateService:
             TemplatePin(sandbox_id, template.name, template.image, template.workdir, template.user)
         )
         self._defaults[sandbox_id] = (template.workdir, template.user)
+
+    def pin_image(self, sandbox_id: str, template: TemplateRecord, image: str) -> None:
+        """Pin ``sandbox_id`` to a given image of ``template`` (forks and restored snapshots run
+        on the image their memory was taken on, even if the tag has been rebuilt since)."""
+        self._db.templates.pin(
+            TemplatePin(sandbox_id, template.name, image, template.workdir, template.user)
+        )
+        self._defaults[sandbox_id] = (template.workdir, template.user)
+
+    async def record_warm_image(self, names: builtins.list[str], seal: Callable[[], Path]) -> None:
+        """Seal a warm template's memory image and record it on the template's tags, under the
+        store lock so that a concurrent GC never sees it unreferenced."""
+        async with self._store_lock:
+            path = await asyncio.to_thread(seal)
+            for name in names:
+                record = self._db.templates.get(name)
+                if record is not None:
+                    self._db.templates.put(replace(record, warm_image=str(path)))
+
+    def image_of(self, sandbox_id: str) -> str | None:
+        pin = self._db.templates.get_pin(sandbox_id)
+        return None if pin is None else pin.image
+
+    def image_rootfs(self, image: str, template_name: str) -> Path:
+        return self._image_rootfs(image, template_name)
 
     def rootfs_for(self, sandbox_id: str) -> Path | None:
         """The root of the image ``sandbox_id`` was made from (for wake, fork and restore), or
@@ -425,6 +461,13 @@ class TemplateService:
             self._db.templates.delete(record.name)
         await self.gc()
 
+    async def forget(self, names: builtins.list[str]) -> None:
+        """Remove just-committed records again (a warm build whose warmup failed)."""
+        async with self._store_lock:
+            for name in names:
+                self._db.templates.delete(name)
+        await self.gc()
+
     async def gc(self) -> tuple[builtins.list[str], builtins.list[str]]:
         """Delete images and layers no template and no live sandbox uses."""
         async with self._store_lock:
@@ -434,8 +477,18 @@ class TemplateService:
             for sandbox_id in list(self._defaults):
                 if sandbox_id not in live:
                     self._defaults.pop(sandbox_id, None)
-            keep = {t.image for t in self._db.templates.list()}
+            templates = self._db.templates.list()
+            keep = {t.image for t in templates}
             keep |= {p.image for p in pins if p.sandbox_id in live}
+            snapshots = getattr(self._db, "snapshots", None)
+            if snapshots is not None:
+                keep |= {s.image for s in snapshots.list() if s.image}
+            warm_dir = self._settings.data_dir / "warm"
+            if warm_dir.is_dir():
+                wanted = {t.warm_image for t in templates if t.warm_image}
+                for path in warm_dir.iterdir():
+                    if str(path) not in wanted:
+                        await asyncio.to_thread(shutil.rmtree, path, True)
             images, layers = await asyncio.to_thread(self.store.gc, keep)
         if images or layers:
             log.info("image gc: removed %d image(s), %d layer(s)", len(images), len(layers))

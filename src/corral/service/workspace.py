@@ -20,11 +20,13 @@ from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
+from corral.service.pools import PoolService
 from corral.service.processes import ProcessService
 from corral.service.sandboxes import SandboxService
 from corral.service.snapshots import SnapshotService
 from corral.service.templates import TemplateService
 from corral.service.transfer import TransferService
+from corral.service.warm import WarmService
 from corral.storage import Database
 
 log = logging.getLogger("corral.workspace")
@@ -46,6 +48,7 @@ class Workspace:
     lifecycle: LifecycleService
     snapshots: SnapshotService
     transfer: TransferService
+    pools: PoolService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
@@ -70,6 +73,12 @@ class Workspace:
         )
         lifecycle = LifecycleService(sandboxes)
         snapshots = SnapshotService(sandboxes, lifecycle)
+        warm = WarmService(sandboxes, lifecycle)
+        pools = PoolService(sandboxes)
+        sandboxes.pool_hook = pools.claim
+        templates.builder.finish = warm.warm
+        templates.builder.rollback = templates.forget
+        templates.after_build = lambda template: pools.refresh(template.name)
         return cls(
             settings=settings,
             db=db,
@@ -81,6 +90,7 @@ class Workspace:
             lifecycle=lifecycle,
             snapshots=snapshots,
             transfer=TransferService(sandboxes, lifecycle, snapshots),
+            pools=pools,
         )
 
     @classmethod
@@ -108,8 +118,10 @@ class Workspace:
         self.templates.sync()
         await self.snapshots.start()
         await self.lifecycle.start()
+        await self.pools.start()
 
     async def stop(self) -> None:
+        await self.pools.stop()
         await self.lifecycle.stop()
         for hook in self.on_stop:
             try:

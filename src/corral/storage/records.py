@@ -32,6 +32,7 @@ class SandboxRecord:
     image_mib: int = 0
     parent_id: str | None = None
     last_active_at: float | None = None
+    pooled: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class TemplateRecord:
     warm: bool = False
     pool: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    warm_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,3 +99,4 @@ class SnapshotRecord:
     image_path: str
     size_mib: int = 0
     created_at: float = 0.0
+    image: str | None = None

@@ -36,6 +36,7 @@ def _record(row: SandboxRow) -> SandboxRecord:
         image_mib=row.image_mib or 0,
         parent_id=row.parent_id,
         last_active_at=row.last_active_at,
+        pooled=bool(row.pooled),
     )
 
 
@@ -72,6 +73,7 @@ class SandboxRepository:
                     image_mib=record.image_mib,
                     parent_id=record.parent_id,
                     last_active_at=record.last_active_at,
+                    pooled=record.pooled,
                 )
             )
 

@@ -38,6 +38,8 @@ class SandboxRow(Base):
     image_mib: Mapped[int] = mapped_column(Integer, default=0)
     parent_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     last_active_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # 0004: a ready sandbox waiting in its template's pool
+    pooled: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class ApiKeyRow(Base):
@@ -71,6 +73,8 @@ class TemplateRow(Base):
     warmup: Mapped[str | None] = mapped_column(Text, nullable=True)
     warm: Mapped[bool] = mapped_column(Boolean, default=False)
     pool: Mapped[int] = mapped_column(Integer, default=0)
+    # 0004: the sealed memory image of a warm template (None until warmed)
+    warm_image: Mapped[str | None] = mapped_column(Text, nullable=True)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
@@ -89,6 +93,8 @@ class SnapshotRow(Base):
     image_path: Mapped[str] = mapped_column(Text)
     size_mib: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float)
+    # 0004: the image the source sandbox ran on (restores must use the same one)
+    image: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class TemplatePinRow(Base):

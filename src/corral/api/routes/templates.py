@@ -42,6 +42,8 @@ def to_schema(record: TemplateRecord, templates: TemplateService) -> schemas.Tem
         warmup=record.warmup,
         warm=record.warm,
         pool=record.pool,
+        warm_ready=bool(record.warm_image),
+        pool_ready=templates.pooled_count(record.name),
         labels=record.labels,
         layers=layers,
         used_by=templates.users(record.name),
@@ -98,6 +100,7 @@ async def get_template(name: str, ws: WorkspaceDep) -> schemas.Template:
 
 @router.delete("/{name}", operation_id="delete_template", status_code=204)
 async def delete_template(name: str, ws: WorkspaceDep) -> Response:
+    await ws.pools.drain(ws.templates.get(name).name)  # its ready sandboxes are not users
     await ws.templates.delete(name)
     return Response(status_code=204)
 

@@ -1,0 +1,156 @@
+"""Ready pools: N running sandboxes per template, waiting to be claimed.
+
+A pooled sandbox is an ordinary running sandbox with ``pooled`` set: it reserves capacity like any
+other, is hidden from listings, and survives a daemon restart like any other (reconcile re-adopts
+it). ``claim`` hands one out at once when a request asks for nothing the pooled sandbox does not
+already have (the template's resources; env and secrets are given to its agent on the way out),
+and a background task per template refills the pool. A template rebuilt or removed has its pool
+drained, so nobody gets a sandbox of an old image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from corral.runtime.agent_client import AgentError
+from corral.service.errors import CapacityExceeded, CorralError, NotFound
+from corral.service.sandboxes import CreateRequest, SandboxService
+from corral.storage import SandboxRecord
+
+log = logging.getLogger("corral.pools")
+
+RETRY_SECONDS = 5.0
+
+
+class PoolService:
+    def __init__(self, sandboxes: SandboxService) -> None:
+        self.sb = sandboxes
+        self.db = sandboxes.db
+        self._refills: dict[str, asyncio.Task[None]] = {}
+        self._claim_lock = asyncio.Lock()
+        self._stopping = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        for template in self.sb.templates.list():
+            if template.pool > 0:
+                self.schedule(template.name)
+
+    async def stop(self) -> None:
+        """Stop refilling; pooled sandboxes stay running and are re-adopted at the next start."""
+        self._stopping = True
+        for task in list(self._refills.values()):
+            task.cancel()
+        for task in list(self._refills.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def pooled(self, template: str) -> list[SandboxRecord]:
+        return [
+            r
+            for r in self.db.sandboxes.list(states={"running", "creating"})
+            if r.pooled and r.template == template
+        ]
+
+    def schedule(self, template: str) -> None:
+        if self._stopping:
+            return
+        task = self._refills.get(template)
+        if task is None or task.done():
+            self._refills[template] = asyncio.get_running_loop().create_task(
+                self._refill(template), name=f"pool-{template}"
+            )
+
+    async def _refill(self, name: str) -> None:
+        while not self._stopping:
+            try:
+                template = self.sb.templates.get(name)
+            except NotFound:
+                return
+            if len(self.pooled(name)) >= template.pool:
+                return
+            try:
+                await self.sb.create(CreateRequest(template=name), pooled=True)
+            except CapacityExceeded as exc:
+                log.warning("pool %s: cannot refill: %s", name, exc)
+                await asyncio.sleep(RETRY_SECONDS)
+            except CorralError as exc:
+                log.error("pool %s: refilling failed: %s", name, exc)
+                await asyncio.sleep(RETRY_SECONDS)
+
+    async def claim(self, request: CreateRequest) -> SandboxRecord | None:
+        """A pooled sandbox made into the caller's, or None when none fits the request."""
+        try:
+            template = self.sb.templates.get(request.template)
+        except NotFound:
+            return None
+        if template.pool <= 0:
+            return None
+        wanted = (
+            request.cpu in (None, template.cpu)
+            and request.memory_mib in (None, template.memory_mib)
+            and request.disk_mib in (None, template.disk_mib)
+        )
+        if not wanted:
+            return None
+        *_, expires = self.sb.resolve(request)  # validates the rest
+        async with self._claim_lock:
+            ready = [
+                r for r in self.pooled(template.name) if r.state == "running" and not r.operation
+            ]
+            if not ready:
+                self.schedule(template.name)
+                return None
+            pick = ready[0]
+            now = time.time()
+            env = {**pick.env, **request.env}
+            record = self.db.sandboxes.update(
+                pick.id,
+                pooled=False,
+                env=env,
+                metadata=dict(request.metadata),
+                created_at=now,
+                expires_at=expires,
+                secret_keys=sorted(request.secret_env),
+                on_timeout=request.on_timeout,
+                auto_park_idle=request.auto_park_idle,
+                auto_wake=request.auto_wake,
+                last_active_at=now,
+            )
+        self.schedule(template.name)
+        if request.env or request.secret_env:
+            try:
+                await self.sb.agent(record.id, "configure").set_env({**env, **request.secret_env})
+            except (AgentError, CorralError) as exc:
+                await self.sb.kill(record.id)
+                log.error("pool %s: handing out %s failed: %s", template.name, record.id, exc)
+                return None
+        log.info("pool %s: handed out %s", template.name, record.id)
+        return record
+
+    def refresh(self, template: str) -> None:
+        """A template was (re)built: replace its pooled sandboxes with ones of the new image."""
+        if self._stopping:
+            return
+
+        async def run() -> None:
+            await self.drain(template)
+            self.schedule(template)
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"pool-refresh-{template}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def drain(self, template: str) -> None:
+        """Kill the pooled sandboxes of ``template`` (it was rebuilt or is being removed)."""
+        task = self._refills.pop(template, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for record in self.pooled(template):
+            await self.sb.kill(record.id)
+            self.db.sandboxes.delete(record.id)
