@@ -125,7 +125,8 @@ def stop_daemon(daemon: Daemon, *, kill_sandboxes: bool = True) -> None:
     if kill_sandboxes and daemon.process.poll() is None:
         with daemon.client() as client:
             try:
-                for sbx in client.get("/v1/sandboxes").json()["sandboxes"]:
+                listed = client.get("/v1/sandboxes", params={"include_pooled": True})
+                for sbx in listed.json()["sandboxes"]:
                     if sbx["state"] not in ("killed",):
                         client.delete(f"/v1/sandboxes/{sbx['id']}")
             except httpx.HTTPError:

@@ -65,6 +65,7 @@ class Sandbox(BaseModel):
     auto_wake: bool = False
     parent_id: str | None = None
     image_mib: int = Field(default=0, description="disk taken by its parked memory image")
+    pooled: bool = Field(default=False, description="waiting in its template's ready pool")
 
 
 class SandboxList(BaseModel):

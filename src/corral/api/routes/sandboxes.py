@@ -35,6 +35,7 @@ def to_schema(record: SandboxRecord) -> schemas.Sandbox:
         auto_wake=record.auto_wake,
         parent_id=record.parent_id,
         image_mib=record.image_mib,
+        pooled=record.pooled,
     )
 
 
@@ -63,6 +64,9 @@ async def list_sandboxes(
     sandboxes: SandboxesDep,
     state: Annotated[list[str] | None, Query()] = None,
     metadata: Annotated[list[str] | None, Query(description="k=v, repeatable")] = None,
+    include_pooled: Annotated[
+        bool, Query(description="also the ready sandboxes waiting in template pools")
+    ] = False,
 ) -> schemas.SandboxList:
     wanted: dict[str, str] = {}
     for item in metadata or []:
@@ -70,7 +74,7 @@ async def list_sandboxes(
         if not sep or not key:
             raise InvalidRequest(f"metadata filter must be KEY=VALUE, got {item!r}")
         wanted[key] = value
-    records = sandboxes.list(states=state, metadata=wanted or None)
+    records = sandboxes.list(states=state, metadata=wanted or None, include_pooled=include_pooled)
     return schemas.SandboxList(sandboxes=[to_schema(r) for r in records])
 
 
