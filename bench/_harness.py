@@ -74,6 +74,17 @@ def report(rows: list[tuple[Figures, Figures | None]]) -> None:
         print(f"{figures.name:44} {figures.p50:9.2f} {figures.p99:9.2f} {ratio:>10}")
 
 
+def free_subnet() -> str:
+    """A /16 nothing on this host routes yet (tests or other daemons may be running)."""
+    from corral.network.conflicts import foreign_routes
+
+    for _ in range(50):
+        subnet = f"10.{secrets.randbelow(136) + 64}.0.0/16"
+        if not foreign_routes("zz", subnet):
+            return subnet
+    raise RuntimeError("no free 10.x.0.0/16 subnet for a bench daemon")
+
+
 @dataclass
 class Daemon:
     url: str
@@ -93,7 +104,7 @@ def private_daemon() -> Iterator[Daemon]:
         **os.environ,
         "CORRAL_IMAGES_DIR": str(IMAGES_DIR),
         "CORRAL_NETWORK_PREFIX": "cb" + secrets.token_hex(2),
-        "CORRAL_NETWORK_SUBNET": "10.233.0.0/16",
+        "CORRAL_NETWORK_SUBNET": free_subnet(),
     }
     log = open(data_dir.with_suffix(".log"), "wb")  # noqa: SIM115 (closed in the finally below)
     process = subprocess.Popen(
@@ -133,6 +144,7 @@ class RawRunsc:
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="corral-bench-runsc-"))
         self.counter = 0
+        self.bundles: dict[str, Path] = {}
 
     def _bundle(self, args: list[str]) -> Path:
         self.counter += 1
@@ -201,6 +213,47 @@ class RawRunsc:
             stderr=subprocess.DEVNULL,
         )
         return cid
+
+    def start_detached(self, args: list[str]) -> str:
+        """A running container of ``args`` (its bundle is kept for restores)."""
+        bundle = self._bundle(args)
+        cid = f"raw{self.counter:05d}"
+        self.bundles[cid] = bundle
+        subprocess.run(
+            [*self._base(), "run", "-detach", "-bundle", str(bundle), cid],
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return cid
+
+    def checkpoint(self, cid: str, image_dir: Path, *, leave_running: bool = False) -> float:
+        """ms of ``runsc checkpoint`` of ``cid`` into ``image_dir``."""
+        image_dir.mkdir(parents=True, exist_ok=True)
+        args = [*self._base(), "checkpoint", "--image-path", str(image_dir)]
+        if leave_running:
+            args.append("--leave-running")
+        started = time.perf_counter()
+        subprocess.run([*args, cid], check=True, capture_output=True)
+        return (time.perf_counter() - started) * 1000
+
+    def restore(self, image_dir: Path, like: str) -> tuple[str, float]:
+        """Restore ``image_dir`` into a new container on ``like``'s bundle; (its id, ms)."""
+        self.counter += 1
+        cid = f"raw{self.counter:05d}"
+        bundle = self.bundles[like]
+        self.bundles[cid] = bundle
+        started = time.perf_counter()
+        restore = ["restore", "-detach", "--image-path", str(image_dir), "-bundle", str(bundle)]
+        subprocess.run(
+            [*self._base(), *restore, cid],
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return cid, (time.perf_counter() - started) * 1000
 
     def exec(self, cid: str, args: list[str]) -> None:
         subprocess.run([*self._base(), "exec", cid, *args], check=True, capture_output=True)
