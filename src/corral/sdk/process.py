@@ -155,18 +155,24 @@ async def stream_exec(
     """Start a foreground command and yield its events, resuming by pid if the stream breaks."""
     pid: int | None = None
     last_seq = -1
+    exited = False
     try:
         async with session.stream("POST", f"{sandbox_path}/exec", json_body=body) as response:
             async for event in session.iter_events(response):
+                if exited:
+                    continue
                 if event.type == "start":
                     pid = event.pid
                 last_seq = max(last_seq, event.seq)
                 yield event
-                if event.type == "exit":
-                    return
+                # Read on to the stream's end (it follows the exit event at once): a response
+                # closed early cannot go back to the pool, and every exec would reconnect.
+                exited = event.type == "exit"
     except ConnectionFailed:
         if pid is None:
             raise
+    if exited:
+        return
     if pid is None:
         raise ConnectionFailed("the exec stream ended before the process started", url=session.url)
     async for event in follow_events(session, sandbox_path, pid, after=last_seq):

@@ -6,11 +6,12 @@ sandbox's agent, checks the sandbox may be used, and translates the agent's erro
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from corral.runtime.agent_client import AgentError
+from corral.runtime.agent_client import AgentClient, AgentError
 from corral.service.errors import CorralError, InvalidRequest
 from corral.service.sandboxes import SandboxService, translate_agent_error
 
@@ -20,6 +21,7 @@ Event = dict[str, Any]
 class ProcessService:
     def __init__(self, sandboxes: SandboxService) -> None:
         self._sandboxes = sandboxes
+        self._background: set[asyncio.Task[None]] = set()
 
     async def _error(self, sandbox_id: str, exc: AgentError) -> CorralError:
         if getattr(exc, "status", None) is None or exc.code == "unavailable":
@@ -66,10 +68,19 @@ class ProcessService:
                     await stream.aclose()
             if finished:
                 # Delivered in full: the agent need not keep this process's output any longer.
-                with contextlib.suppress(AgentError):
-                    await client.forget(first["pid"])
+                # In the background, so the caller's stream ends with the exit event.
+                self._forget_later(client, first["pid"])
 
         return events()
+
+    def _forget_later(self, client: AgentClient, pid: int) -> None:
+        async def forget() -> None:
+            with contextlib.suppress(AgentError):
+                await client.forget(pid)
+
+        task = asyncio.get_running_loop().create_task(forget())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def start(self, sandbox_id: str, spec: dict[str, Any]) -> int:
         self._check(spec)
