@@ -108,7 +108,8 @@ class Workspace:
         network = SlotNetwork(
             prefix=settings.network_prefix, subnet=settings.network_subnet, spare=SPARE_SLOTS
         )
-        workspace = cls.build(settings, runtime, network, host_agent_mount())
+        agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
+        workspace = cls.build(settings, runtime, network, agent)
         workspace.on_stop.append(network.close_spares)
         workspace.on_stop.append(workspace.templates.close)
         return workspace

@@ -51,3 +51,26 @@ def test_elf_interpreter_of_this_python() -> None:
 def test_elf_interpreter_rejects_non_elf(agent: Path) -> None:
     with pytest.raises(InjectError):
         elf_interpreter(agent)
+
+
+def test_compiled_agent_runs_under_its_script_name(tmp_path: Path) -> None:
+    import subprocess
+
+    from corral.runtime.inject import compile_agent
+
+    script = tmp_path / "agent.py"
+    script.write_text("import sys\nprint('ran', sys.argv[1])\n")
+    compiled = compile_agent(script, tmp_path / "cache")
+    assert compile_agent(script, tmp_path / "cache") == compiled  # cached by content
+    # Mounted in the sandbox as agent.py: CPython runs it by its magic number.
+    as_script = tmp_path / "mounted" / "agent.py"
+    as_script.parent.mkdir()
+    as_script.write_bytes(compiled.read_bytes())
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", str(as_script), "x"], capture_output=True, text=True
+    )
+    assert out.stdout == "ran x\n"
+    script.write_text("print('changed')\n")
+    assert compile_agent(script, tmp_path / "cache") != compiled
+    mount = build_agent_mount(script, compiled_dir=tmp_path / "cache")
+    assert dict((d, s) for s, d in mount.mounts)["/.corral/agent/agent.py"].endswith(".pyc")
