@@ -2,12 +2,16 @@
 
     .venv/bin/python bench/template_start.py [--runs 30]
 
-Rows (p50/p99 over the runs, ratio to raw `runsc run` of `echo hi` on the base rootfs):
+Rows (p50/p99 over the runs), from the create call until `echo hi`'s output arrives:
 - cold template: a template built by this bench (`base` + one RUN layer, served as a read-only
-  overlayfs view of its layers), from the create call until `echo hi`'s output arrives;
+  overlayfs view of its layers), beside raw `runsc run` of `echo hi` on the base rootfs;
 - prebuilt base: the same for the debootstrapped `base` (its rootfs used in place);
-- the build itself is timed once (not a latency row).
-Warm templates and ready pools get their rows when they exist (issue 3, parts 5 and 8).
+- warm template: built with a warmup (a Python process left running) and `--warm`, so every
+  sandbox is restored from its memory image; beside raw `runsc restore` of an idle Python
+  container's checkpoint (restore alone, no exec: raw runsc has no agent to answer);
+- ready pool: a template with a pool; each run claims a ready sandbox (the bench waits, untimed,
+  for the pool to refill between runs); beside raw `runsc run`.
+The build itself is timed once (not a latency row).
 """
 
 from __future__ import annotations
@@ -33,6 +37,20 @@ def main() -> None:
         raw_run = Figures(
             "raw runsc run: echo hi → first output",
             timed_inner(lambda: raw.run_first_output(["echo", "hi"], b"hi\n"), args.runs),
+        )
+        idle = raw.start_detached(["python3", "-c", "import time; time.sleep(100000)"])
+        time.sleep(0.5)
+        image = raw.root / "idle-image"
+        raw.checkpoint(idle, image)
+        raw.delete(idle)
+
+        def raw_restore() -> float:
+            cid, ms = raw.restore(image, idle)
+            raw.delete(cid)
+            return ms
+
+        raw_restore_figures = Figures(
+            "raw runsc restore (idle python)", timed_inner(raw_restore, args.runs)
         )
         with private_daemon() as daemon:
             kw = {"url": daemon.url, "api_key": daemon.key}
@@ -63,7 +81,39 @@ def main() -> None:
                 "prebuilt base: create → first output",
                 timed_inner(lambda: first_output("base"), args.runs),
             )
-        report([(cold, raw_run), (base, raw_run)])
+            with Client(**kw) as client:
+                warmup = "python3 -c 'import time; time.sleep(100000)' >/dev/null 2>&1 & sleep 1"
+                Template.build(
+                    Template().from_image("base"),
+                    "bench-warm",
+                    client=client,
+                    warmup=warmup,
+                    warm=True,
+                    memory_mib=256,
+                )
+                Template.build(Template().from_image("base"), "bench-pool", client=client, pool=2)
+
+                def pool_first_output() -> float:
+                    deadline = time.monotonic() + 60
+                    while time.monotonic() < deadline:
+                        if client.get_template("bench-pool").pool_ready >= 1:
+                            break
+                        time.sleep(0.05)
+                    return first_output("bench-pool")
+
+                warm = Figures(
+                    "warm template: create → first output",
+                    timed_inner(lambda: first_output("bench-warm"), args.runs),
+                )
+                pool = Figures(
+                    "ready pool: create → first output",
+                    timed_inner(pool_first_output, args.runs),
+                )
+        report([(cold, raw_run), (base, raw_run), (warm, raw_restore_figures), (pool, raw_run)])
+        print(
+            f"\ntargets: ready pool p50 under 30 ms (measured {pool.p50:.1f} ms); warm at most"
+            f" 1.3x raw restore (measured {warm.p50 / raw_restore_figures.p50:.2f}x)"
+        )
         print(f"\nbuilding bench-cold (base + RUN echo): {build_s:.2f} s")
     finally:
         raw.close()

@@ -332,6 +332,12 @@ class Client:
     def templates(self) -> list[TemplateInfo]:
         return portal().call(self._async.templates())
 
+    def get_template(self, name: str) -> TemplateInfo:
+        return portal().call(self._async.get_template(name))
+
+    def delete_template(self, name: str) -> None:
+        portal().call(self._async.delete_template(name))
+
     def create_template(
         self,
         name: str,

@@ -23,6 +23,7 @@ from corral.storage import SandboxRecord
 log = logging.getLogger("corral.pools")
 
 RETRY_SECONDS = 5.0
+REFILL_DELAY = 0.5
 
 
 class PoolService:
@@ -55,16 +56,18 @@ class PoolService:
             if r.pooled and r.template == template
         ]
 
-    def schedule(self, template: str) -> None:
+    def schedule(self, template: str, delay: float = 0.0) -> None:
         if self._stopping:
             return
         task = self._refills.get(template)
         if task is None or task.done():
             self._refills[template] = asyncio.get_running_loop().create_task(
-                self._refill(template), name=f"pool-{template}"
+                self._refill(template, delay), name=f"pool-{template}"
             )
 
-    async def _refill(self, name: str) -> None:
+    async def _refill(self, name: str, delay: float = 0.0) -> None:
+        # After a claim, let the caller's first calls run before a refill competes for the cpu.
+        await asyncio.sleep(delay)
         while not self._stopping:
             try:
                 template = self.sb.templates.get(name)
@@ -120,7 +123,7 @@ class PoolService:
                 auto_wake=request.auto_wake,
                 last_active_at=now,
             )
-        self.schedule(template.name)
+        self.schedule(template.name, delay=REFILL_DELAY)
         if request.env or request.secret_env:
             try:
                 await self.sb.agent(record.id, "configure").set_env({**env, **request.secret_env})
