@@ -126,7 +126,14 @@ def private_daemon() -> Iterator[Daemon]:
     finally:
         try:
             headers = {"Authorization": f"Bearer {key}"}
-            listed = httpx.get(url + "/v1/sandboxes", headers=headers).json()["sandboxes"]
+            # Pools refill: remove pooled templates first, then every sandbox, pooled ones too.
+            templates = httpx.get(url + "/v1/templates", headers=headers).json()["templates"]
+            for template in templates:
+                if template.get("pool"):
+                    httpx.delete(f"{url}/v1/templates/{template['name']}", headers=headers)
+            listed = httpx.get(
+                url + "/v1/sandboxes", headers=headers, params={"include_pooled": True}
+            ).json()["sandboxes"]
             for sbx in listed:
                 if sbx["state"] != "killed":
                     httpx.delete(f"{url}/v1/sandboxes/{sbx['id']}", headers=headers, timeout=60)

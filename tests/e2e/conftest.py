@@ -125,6 +125,10 @@ def stop_daemon(daemon: Daemon, *, kill_sandboxes: bool = True) -> None:
     if kill_sandboxes and daemon.process.poll() is None:
         with daemon.client() as client:
             try:
+                # Pools refill: remove pooled templates first, then every sandbox.
+                for template in client.get("/v1/templates").json()["templates"]:
+                    if template.get("pool"):
+                        client.delete(f"/v1/templates/{template['name']}")
                 listed = client.get("/v1/sandboxes", params={"include_pooled": True})
                 for sbx in listed.json()["sandboxes"]:
                     if sbx["state"] not in ("killed",):
