@@ -95,3 +95,34 @@ def test_wake_of_a_running_sandbox_answers_it_running(daemon: Daemon) -> None:
         with pytest.raises(Conflict, match="parked"):
             sbx.park()
         assert sbx.wake().state == "running"
+
+
+def test_park_that_might_not_fit_on_disk_is_refused_before_anything_changes(
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    import secrets
+
+    from corral.sdk.errors import CapacityError
+    from tests.e2e.conftest import leftover_namespaces, start_daemon, stop_daemon
+
+    prefix = "cd" + secrets.token_hex(2)
+    # 3000 MiB of workspace disk: a 2048 MiB sandbox leaves too little for a 1500 MiB image.
+    daemon = start_daemon(tmp_path / "data", prefix, extra_env={"CORRAL_DISK_MIB": "3000"})
+    try:
+        kw = {"url": daemon.url, "api_key": daemon.key}
+        holder = Sandbox.create(disk_mib=2048, memory_mib=128, **kw)
+        big = Sandbox.create(disk_mib=256, memory_mib=1500, **kw)
+        start_counter(big)
+        with pytest.raises(CapacityError, match="cannot park") as refused:
+            big.park()
+        assert "1500 MiB memory" in str(refused.value)
+        assert big.info().state == "running"
+        before = assert_counting(big, read_count(big))
+        holder.kill()
+        assert big.park().state == "parked"  # with the disk back, it fits
+        big.wake()
+        assert_counting(big, before)
+        big.kill()
+    finally:
+        stop_daemon(daemon)
+        assert not leftover_namespaces(prefix)

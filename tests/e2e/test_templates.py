@@ -240,17 +240,20 @@ def test_dockerfile_build_copies_files_and_records_the_start_command(
         "WORKDIR $APP\n"
         "COPY src/ ./src/\n"
         "RUN cat src/hello.txt > copy.txt && echo $GREETING >> copy.txt\n"
-        'CMD ["sleep", "1"]\n'
+        'CMD ["sleep", "300"]\n'
     )
     made = create(daemon, "dfile", "--dockerfile", str(dockerfile))
     try:
         assert made.returncode == 0, made.stderr.decode()
         info = json.loads(daemon.cli("template", "info", "dfile", "--json").stdout)
-        assert info["start_cmd"] == ["sleep", "1"] and info["workdir"] == "/app"
+        assert info["start_cmd"] == ["sleep", "300"] and info["workdir"] == "/app"
         sandbox = new(daemon, "--template", "dfile")
         try:
             out = run(daemon, sandbox, "cat", "copy.txt")
             assert out.stdout == b"hello from the context\nhi\n", out.stderr
+            # The start command runs in every new sandbox, in the background.
+            out = run(daemon, sandbox, "ps", "-o", "args=", "-C", "sleep")
+            assert out.stdout.strip() == b"sleep 300", out.stderr
         finally:
             daemon.cli("kill", sandbox)
     finally:

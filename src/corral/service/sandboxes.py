@@ -338,8 +338,19 @@ class SandboxService:
                 if warm is not None and (request.env or request.secret_env):
                     # The warm memory holds the template's env; give new processes this one.
                     await self._clients[record.id].set_env(full_env)
+                if warm is None and template.start_cmd:
+                    # The template's start command (a Dockerfile's CMD/ENTRYPOINT, --start) runs
+                    # in the background of every sandbox booted from it, tagged "start".
+                    await self._clients[record.id].start_process(
+                        {
+                            "cmd": list(template.start_cmd),
+                            "cwd": template.workdir,
+                            "user": template.user,
+                            "tag": "start",
+                        }
+                    )
             except BaseException as exc:
-                if warm is not None and record.id in self._clients:
+                if record.id in self._clients:
                     await self.release_resources(record.id, self.slot_index_of(record.id))
                 self.db.sandboxes.delete(record.id)
                 if isinstance(exc, AgentError):
