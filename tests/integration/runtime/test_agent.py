@@ -72,7 +72,8 @@ def health(timeout: float = 10.0) -> dict[str, object]:
 async def test_agent_serves_over_the_sandbox_network_across_a_restore(
     runtime: GVisorRuntime, make_spec: SpecFactory, netns: str, tmp_path: Path
 ) -> None:
-    spec = make_spec("", agent=build_agent_mount(), netns_path=f"/run/netns/{netns}")
+    agent = build_agent_mount(compiled_dir=tmp_path / "agent")
+    spec = make_spec("", agent=agent, netns_path=f"/run/netns/{netns}")
     await runtime.start(spec)
     await wait_for_log(runtime.paths(spec.sandbox_id).console_log, "corral agent .* listening")
     before = health()

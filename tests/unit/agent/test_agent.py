@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.agent import AGENT_PATH
+from corral.agent import AGENT_DIR
 from corral.runtime import agent_client
 from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
 from tests.unit.agent.conftest import LocalAgent
@@ -487,17 +487,22 @@ async def test_paths_with_dot_dot_are_normalised(agent: LocalAgent, tmp_path: Pa
 # -- packaging and the client's error boundary ---------------------------------------------------
 
 
-def test_agent_imports_only_the_standard_library() -> None:
-    tree = ast.parse(AGENT_PATH.read_text())
+def test_agent_imports_only_the_standard_library_and_itself() -> None:
+    modules = {path.stem for path in AGENT_DIR.glob("*.py")} - {"__init__"}
     imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "relative import in agent.py"
-            imported.add((node.module or "").split(".")[0])
-    assert imported - {"__future__"} <= set(sys.stdlib_module_names)
-    package = ast.parse(AGENT_PATH.with_name("__init__.py").read_text())
+    for path in AGENT_DIR.glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1 and node.module in modules, f"{path.name}: {node.module}"
+            elif isinstance(node, ast.ImportFrom):
+                imported.add((node.module or "").split(".")[0])
+    # agent.py imports the package as ``agent`` (from the zipapp or the source tree).
+    assert imported - {"__future__", "agent"} <= set(sys.stdlib_module_names)
+    package = ast.parse((AGENT_DIR / "__init__.py").read_text())
     assert not [
         n
         for n in ast.walk(package)

@@ -7,40 +7,29 @@ originals' behaviour.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from types import ModuleType
 from urllib.parse import parse_qsl, unquote
 
 import pytest
 
-from corral.agent import AGENT_PATH
-
-
-@pytest.fixture(scope="module")
-def agent() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("corral_agent_under_test", AGENT_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from corral.agent import http, jsonio
 
 
 @pytest.mark.parametrize(
     "text",
     ["plain", "a%20b", "caf%C3%A9", "%ff%fe", "100%", "%zz%41", "%4", "x%e2%82", "é%41", ""],
 )
-def test_unquote_matches_urllib(agent: ModuleType, text: str) -> None:
-    assert agent.unquote(text) == unquote(text, errors="surrogateescape")
+def test_unquote_matches_urllib(text: str) -> None:
+    assert http.unquote(text) == unquote(text, errors="surrogateescape")
 
 
 @pytest.mark.parametrize(
     "query",
     ["path=/a%20b&depth=2", "path=&x", "a=1&a=2", "p=caf%E9+x", "&&flag=true&", "k=v=w"],
 )
-def test_parse_query_matches_urllib(agent: ModuleType, query: str) -> None:
+def test_parse_query_matches_urllib(query: str) -> None:
     expected = dict(parse_qsl(query, keep_blank_values=True, errors="surrogateescape"))
-    assert agent.parse_query(query) == expected
+    assert http.parse_query(query) == expected
 
 
 @pytest.mark.parametrize(
@@ -51,20 +40,20 @@ def test_parse_query_matches_urllib(agent: ModuleType, query: str) -> None:
         {"nan": float("inf")},
     ],
 )
-def test_json_round_trip_matches_json(agent: ModuleType, value: object) -> None:
-    encoded = agent.json_dumps(value)
+def test_json_round_trip_matches_json(value: object) -> None:
+    encoded = jsonio.json_dumps(value)
     assert encoded == json.dumps(value, separators=(",", ":")).encode()
-    assert agent.json_loads(b"  " + encoded + b"\n") == json.loads(encoded)
+    assert jsonio.json_loads(b"  " + encoded + b"\n") == json.loads(encoded)
 
 
 @pytest.mark.parametrize("raw", [b"{", b"[1] x", b"\xff", b"", b"nul"])
-def test_json_errors_are_json_errors(agent: ModuleType, raw: bytes) -> None:
+def test_json_errors_are_json_errors(raw: bytes) -> None:
     with pytest.raises(ValueError) as mine:
-        agent.json_loads(raw)
+        jsonio.json_loads(raw)
     with pytest.raises(ValueError) as theirs:
         json.loads(raw)
     assert str(mine.value) == str(theirs.value)
 
 
-def test_json_loads_takes_a_bom(agent: ModuleType) -> None:
-    assert agent.json_loads(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
+def test_json_loads_takes_a_bom() -> None:
+    assert jsonio.json_loads(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from corral.runtime.inject import InjectError, build_agent_mount, elf_interpreter
+from corral.agent import AGENT_DIR
+from corral.runtime.inject import InjectError, build_agent_mount, compile_agent, elf_interpreter
 
 
 @pytest.fixture
@@ -53,15 +59,23 @@ def test_elf_interpreter_rejects_non_elf(agent: Path) -> None:
         elf_interpreter(agent)
 
 
-def test_compiled_agent_runs_under_its_script_name(tmp_path: Path) -> None:
-    import subprocess
+def _package(root: Path, greeting: str) -> Path:
+    package = root / "pkg"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text("raise AssertionError('the daemon side, not the agent')\n")
+    (package / "agent.py").write_text("raise AssertionError('the source tree launcher')\n")
+    (package / "main.py").write_text(
+        "import sys\nfrom .words import WORD\n\n"
+        "def main():\n    print(WORD, sys.argv[1], __name__, __package__)\n    return 3\n"
+    )
+    (package / "words.py").write_text(f"WORD = {greeting!r}\n")
+    return package
 
-    from corral.runtime.inject import compile_agent
 
-    script = tmp_path / "agent.py"
-    script.write_text("import sys\nprint('ran', sys.argv[1])\n")
-    compiled = compile_agent(script, tmp_path / "cache")
-    assert compile_agent(script, tmp_path / "cache") == compiled  # cached by content
+def test_agent_package_runs_as_one_bytecode_file_under_its_script_name(tmp_path: Path) -> None:
+    package = _package(tmp_path, "ran")
+    compiled = compile_agent(package, tmp_path / "cache")
+    assert compile_agent(package, tmp_path / "cache") == compiled  # cached by content
     # Mounted in the sandbox as agent.py: CPython runs it by its magic number.
     as_script = tmp_path / "mounted" / "agent.py"
     as_script.parent.mkdir()
@@ -69,8 +83,48 @@ def test_compiled_agent_runs_under_its_script_name(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-I", "-S", str(as_script), "x"], capture_output=True, text=True
     )
-    assert out.stdout == "ran x\n"
-    script.write_text("print('changed')\n")
-    assert compile_agent(script, tmp_path / "cache") != compiled
-    mount = build_agent_mount(script, compiled_dir=tmp_path / "cache")
+    assert (out.stdout, out.stderr, out.returncode) == ("ran x agent.main agent\n", "", 3)
+    assert not list(as_script.parent.iterdir())[1:]  # nothing was compiled or written beside it
+    _package(tmp_path, "changed")  # any module's change is a new build
+    assert compile_agent(package, tmp_path / "cache") != compiled
+    mount = build_agent_mount(package, compiled_dir=tmp_path / "cache")
     assert dict((d, s) for s, d in mount.mounts)["/.corral/agent/agent.py"].endswith(".pyc")
+
+
+def test_agent_package_needs_a_build_directory(tmp_path: Path) -> None:
+    with pytest.raises(InjectError, match="built"):
+        build_agent_mount(_package(tmp_path, "x"))
+
+
+def test_the_real_agent_builds_and_answers_health(tmp_path: Path) -> None:
+    compiled = compile_agent(AGENT_DIR, tmp_path / "cache")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {
+        "CORRAL_AGENT_HOST": "127.0.0.1",
+        "CORRAL_AGENT_PORT": str(port),
+        "PATH": "/usr/bin:/bin",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(compiled)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+                    health = json.loads(resp.read())
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+        assert health["ok"] is True and health["pid"] == process.pid
+    finally:
+        process.kill()
+        process.wait()
+        assert process.stderr is not None
+        process.stderr.close()

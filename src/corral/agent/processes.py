@@ -1,0 +1,338 @@
+"""The process table (``Agent``): spawning, the reaper, pipe readers, timeouts and signals.
+
+Threads:
+- reaper: the only caller of ``waitpid`` in the agent. As PID 1 (or a child subreaper when run
+  elsewhere) every orphan in the sandbox becomes our child, so it waits for ``-1`` and matches the
+  pid against the process table; unknown pids are orphans and are simply reaped;
+- pipe readers: one per open output pipe, taken from a pool of reused threads (``PumpPool``),
+  started on demand (none ahead: the agent's start is on the critical path of every sandbox
+  creation);
+- deadlines: one thread, started with the first timeout, that kills the process groups whose
+  timeout ran out (``Deadlines``).
+
+Locking: ``Agent.lock`` guards the process table and is held across the spawn so the reaper, which
+looks a reaped pid up under the same lock, matches a child that exits before it was registered.
+Each ``Process.cond`` guards that process's event log, its followers' cursors and its exit state.
+Lock order: ``Agent.lock`` before ``Process.cond``; ``Process.stdin_lock`` is never taken while
+holding either.
+"""
+
+from __future__ import annotations
+
+import _signal
+import collections
+import itertools
+import os
+import threading
+import time
+
+from .errors import ApiError, bad_request
+from .files import resolve_path
+from .process import Process
+from .spawn import popen_child, spawn_child
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import weakref
+    from typing import Any, BinaryIO
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ENV_PREFIX = "CORRAL_AGENT_"
+PIPE_READ = 64 * 1024  # a Linux pipe holds 64 KiB, a bigger read gains nothing
+ORPHAN_POLL = 1.0  # with no child of ours alive, how often to look for re-parented orphans
+
+
+def parse_signal(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        name = value.strip().upper()
+        if name.isdigit():
+            return int(name)
+        if not name.startswith("SIG"):
+            name = "SIG" + name
+        import signal  # its enum of names is only needed here
+
+        sig = signal.Signals.__members__.get(name)
+        if sig is not None:
+            return int(sig)
+    raise bad_request(f"unknown signal {value!r}")
+
+
+def clean_env(env: dict[str, str]) -> dict[str, str]:
+    result = {k: v for k, v in env.items() if not k.startswith(ENV_PREFIX)}
+    result.setdefault("PATH", DEFAULT_PATH)
+    result.setdefault("HOME", "/root")
+    return result
+
+
+def str_dict(value: object, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise bad_request(f"'{what}' must be an object of strings")
+    return value
+
+
+def _pwd() -> Any:
+    import pwd
+
+    return pwd
+
+
+class Agent:
+    """The process table, the default environment and the reaper.
+
+    ``lock`` guards ``processes``, ``spawn_generation`` and ``default_env`` and is held across
+    ``Popen`` (see the module docstring); ``reaper_wakeup`` is a condition on the same lock.
+    """
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.boot_id = os.urandom(16).hex()
+        self.cwd = os.getcwd()  # children started here need no chdir (see spawn_child)
+        self.lock = threading.Lock()
+        self.reaper_wakeup = threading.Condition(self.lock)
+        self.spawn_generation = 0
+        self.processes: dict[int, Process] = {}
+        self.default_env = clean_env(env)
+        self.pumps = PumpPool()
+        self.deadlines = Deadlines()
+
+    def start(self) -> None:
+        """Start the reaper (pipe readers and the deadline thread start when first needed)."""
+        threading.Thread(target=self._reap_forever, name="reaper", daemon=True).start()
+
+    def _reap_forever(self) -> None:
+        while True:
+            with self.lock:
+                generation = self.spawn_generation
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                with self.lock:
+                    if self.spawn_generation == generation:
+                        self.reaper_wakeup.wait(ORPHAN_POLL)
+                continue
+            with self.lock:
+                proc = self.processes.get(pid)
+            if proc is not None and not proc.reaped:
+                proc.on_reaped(status)
+
+    def set_env(self, env: dict[str, str]) -> None:
+        with self.lock:
+            self.default_env = clean_env(env)
+
+    def get(self, pid: int) -> Process:
+        with self.lock:
+            proc = self.processes.get(pid)
+        if proc is None:
+            raise ApiError(404, "not_found", f"no process with pid {pid}")
+        return proc
+
+    def all_processes(self) -> list[Process]:
+        with self.lock:
+            return sorted(self.processes.values(), key=lambda p: p.started_at)
+
+    def forget(self, pid: int) -> None:
+        with self.lock:
+            proc = self.processes.get(pid)
+            if proc is None:
+                raise ApiError(404, "not_found", f"no process with pid {pid}")
+            if proc.running:
+                raise ApiError(409, "conflict", f"process {pid} is still running")
+            del self.processes[pid]
+        with proc.stdin_lock:
+            if proc.child.stdin is not None:
+                proc.child.stdin.close()
+
+    def spawn(self, spec: dict[str, Any], follow: bool) -> tuple[Process, int | None]:
+        """Start a process described by a ``POST /processes`` body; attach a follower if asked."""
+        cmd, shell = spec.get("cmd"), spec.get("shell")
+        if (cmd is None) == (shell is None):
+            raise bad_request("exactly one of 'cmd' and 'shell' is required")
+        if shell is not None:
+            if not isinstance(shell, str):
+                raise bad_request("'shell' must be a string")
+            argv = ["/bin/sh", "-c", shell]
+        else:
+            if not (isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd)):
+                raise bad_request("'cmd' must be a non-empty list of strings")
+            argv = list(cmd)
+        extra_env = str_dict(spec.get("env"), "env")
+        timeout = spec.get("timeout")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise bad_request("'timeout' must be a positive number of seconds or null")
+        cwd_value = spec.get("cwd")
+        cwd = resolve_path(cwd_value)[0] if cwd_value is not None else "/"
+        program = argv[0]
+        with self.lock:
+            env = dict(self.default_env)
+        user_args: dict[str, Any] = {}
+        user = spec.get("user")
+        if user is not None:
+            user_args = self._user_args(user, program, env)
+        env.update(extra_env)
+        with_stdin = bool(spec.get("stdin"))
+        with self.lock:
+            try:
+                child = None
+                if user is None and cwd == self.cwd:
+                    child = spawn_child(argv, env, with_stdin)
+                if child is None:
+                    child = popen_child(argv, env, with_stdin, cwd, user_args)
+            except OSError as exc:
+                if exc.filename == cwd and cwd != program:
+                    doing = f"cannot start {program!r} in directory {cwd!r}"
+                else:
+                    doing = f"cannot execute {program!r}"
+                raise ApiError(400, "exec_failed", f"{doing}: {exc.strerror or exc}") from None
+            except ValueError as exc:
+                raise ApiError(400, "exec_failed", f"cannot execute {program!r}: {exc}") from None
+            proc = Process(child, argv, spec.get("tag"))
+            self.processes[proc.pid] = proc  # replaces a finished, unforgotten pid twin
+            fid = proc.attach(-1) if follow else None
+            self.spawn_generation += 1
+            self.reaper_wakeup.notify()
+        pipes = [(child.stdout, b"stdout"), (child.stderr, b"stderr")]
+        while pipes:
+            pipe, kind = pipes[0]
+            try:
+                self.pumps.submit(proc, pipe, kind)
+            except RuntimeError as exc:  # out of threads (pids limit): do not leave it unread
+                proc.kill_group(_signal.SIGKILL)
+                for unread, _ in pipes:
+                    unread.close()
+                    proc.pipe_closed()
+                raise ApiError(
+                    503, "internal", f"cannot follow the output of {program!r}: {exc}"
+                ) from None
+            pipes.pop(0)
+        if timeout is not None:
+            self.deadlines.add(float(timeout), proc)
+        return proc, fid
+
+    @staticmethod
+    def _user_args(user: object, program: str, env: dict[str, str]) -> dict[str, Any]:
+        try:
+            if (isinstance(user, int) and not isinstance(user, bool)) or (
+                isinstance(user, str) and user.isdigit()
+            ):
+                uid = int(user)
+                try:
+                    entry = _pwd().getpwuid(uid)
+                except KeyError:
+                    return {"user": uid, "group": uid, "extra_groups": []}
+            elif isinstance(user, str):
+                entry = _pwd().getpwnam(user)
+            else:
+                raise bad_request("'user' must be a user name or uid")
+        except KeyError:
+            raise ApiError(
+                400, "exec_failed", f"cannot execute {program!r}: unknown user {user!r}"
+            ) from None
+        env["HOME"] = entry.pw_dir
+        env["USER"] = env["LOGNAME"] = entry.pw_name
+        groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
+        return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": groups}
+
+
+class PumpPool:
+    """Threads that read child pipes into event logs, kept for reuse.
+
+    ``idle`` (under ``lock``) counts workers that wait for a job or are about to; ``submit`` takes
+    one of them or starts a new worker before queueing, so every queued job has a worker. Up to
+    ``keep_idle`` workers stay after their pipe closes; the others end. None is started ahead:
+    a thread starts in well under a millisecond, and an idle sandbox should hold few.
+    """
+
+    def __init__(self, keep_idle: int = 16) -> None:
+        self.jobs: collections.deque[tuple[Process, Any, bytes]] = collections.deque()
+        self.lock = threading.Lock()
+        self.ready = threading.Condition(self.lock)  # a job was queued
+        self.idle = 0
+        self.keep_idle = keep_idle
+
+    def submit(self, proc: Process, pipe: Any, kind: bytes) -> None:
+        """Have ``pipe`` read; raises RuntimeError (nothing queued) when no thread can start."""
+        with self.lock:
+            reuse = self.idle > 0
+            if reuse:
+                self.idle -= 1
+        if not reuse:
+            self._add_worker()
+        with self.lock:
+            self.jobs.append((proc, pipe, kind))
+            self.ready.notify()
+
+    def _add_worker(self) -> None:
+        threading.Thread(target=self._work, name="pipe-reader", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self.lock:
+                while not self.jobs:
+                    self.ready.wait()
+                job = self.jobs.popleft()
+            _pump(*job)
+            with self.lock:
+                if self.idle >= self.keep_idle:
+                    return
+                self.idle += 1
+
+
+class Deadlines:
+    """One thread that SIGKILLs the process group of each process whose timeout ran out.
+
+    The heap (under ``cond``) holds weak references, so a forgotten process is not kept alive by a
+    distant deadline; deadlines are on the monotonic clock.
+    """
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.heap: list[tuple[float, int, weakref.ref[Process]]] = []
+        self.order = itertools.count()
+        self.started = False  # the thread starts with the first deadline
+
+    def add(self, seconds: float, proc: Process) -> None:
+        import heapq
+        import weakref
+
+        with self.cond:
+            if not self.started:
+                threading.Thread(target=self._run, name="deadlines", daemon=True).start()
+                self.started = True
+            entry = (time.monotonic() + seconds, next(self.order), weakref.ref(proc))
+            heapq.heappush(self.heap, entry)
+            if self.heap[0] is entry:
+                self.cond.notify()
+
+    def _run(self) -> None:
+        import heapq
+
+        while True:
+            with self.cond:
+                while not self.heap or self.heap[0][0] > time.monotonic():
+                    self.cond.wait(self.heap[0][0] - time.monotonic() if self.heap else None)
+                proc = heapq.heappop(self.heap)[2]()
+            if proc is not None:
+                proc.on_timeout()  # a no-op once it has finished
+
+
+def _pump(proc: Process, pipe: BinaryIO, kind: bytes) -> None:
+    fd = pipe.fileno()
+    try:
+        while True:
+            try:
+                data = os.read(fd, PIPE_READ)
+            except OSError:
+                break
+            if not data:
+                break
+            proc.append_output(kind, data)
+    finally:
+        pipe.close()
+        proc.pipe_closed()
