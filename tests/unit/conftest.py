@@ -90,8 +90,18 @@ class LocalAgentRuntime:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
-    async def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool) -> None:
+    async def checkpoint(
+        self,
+        sandbox_id: str,
+        image_dir: Path,
+        *,
+        leave_running: bool,
+        defer_cleanup: bool = False,
+    ) -> None:
         raise RuntimeFailure("checkpoint is not supported by the local test runtime")
+
+    async def cleanup(self, sandbox_id: str) -> None:
+        return None
 
     async def restore(self, spec: SandboxSpec, image_dir: Path) -> None:
         raise RuntimeFailure("restore is not supported by the local test runtime")

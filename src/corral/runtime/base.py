@@ -116,8 +116,21 @@ class Runtime(Protocol):
         """Stop the sandbox if it runs and remove all its host resources. Idempotent."""
         ...
 
-    async def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool) -> None:
-        """Save memory and filesystem state to ``image_dir`` (created, fsynced)."""
+    async def checkpoint(
+        self,
+        sandbox_id: str,
+        image_dir: Path,
+        *,
+        leave_running: bool,
+        defer_cleanup: bool = False,
+    ) -> None:
+        """Save memory and filesystem state to ``image_dir`` (created, fsynced). Without
+        ``leave_running`` the sandbox's processes are gone afterwards; ``defer_cleanup`` leaves
+        removing what they ran on (container records, disk) to a later ``cleanup``."""
+        ...
+
+    async def cleanup(self, sandbox_id: str) -> None:
+        """Remove what a checkpointed sandbox ran on; a no-op for any other. Idempotent."""
         ...
 
     async def restore(self, spec: SandboxSpec, image_dir: Path) -> None:

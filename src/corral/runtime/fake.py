@@ -33,6 +33,7 @@ _VERBS = {
     "resume": "resuming",
     "destroy": "destroying",
     "info": "inspecting",
+    "cleanup": "cleaning up",
 }
 
 
@@ -110,7 +111,14 @@ class FakeRuntime:
         self._enter("destroy", sandbox_id)
         self.sandboxes.pop(sandbox_id, None)
 
-    async def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool) -> None:
+    async def checkpoint(
+        self,
+        sandbox_id: str,
+        image_dir: Path,
+        *,
+        leave_running: bool,
+        defer_cleanup: bool = False,
+    ) -> None:
         self._enter("checkpoint", sandbox_id)
         sbx = self._require("checkpoint", sandbox_id, RuntimeStatus.RUNNING)
         image_dir.mkdir(parents=True, exist_ok=True)
@@ -123,6 +131,9 @@ class FakeRuntime:
         if not leave_running:
             sbx.status = RuntimeStatus.STOPPED
             sbx.detail = "checkpointed"
+
+    async def cleanup(self, sandbox_id: str) -> None:
+        self._enter("cleanup", sandbox_id)
 
     async def restore(self, spec: SandboxSpec, image_dir: Path) -> None:
         sandbox_id = spec.sandbox_id

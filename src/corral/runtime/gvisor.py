@@ -179,7 +179,14 @@ class GVisorRuntime:
 
         await self._guarded(verb, self._boot(spec, paths, record, image_dir, stale), undo=undo)
 
-    async def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool) -> None:
+    async def checkpoint(
+        self,
+        sandbox_id: str,
+        image_dir: Path,
+        *,
+        leave_running: bool,
+        defer_cleanup: bool = False,
+    ) -> None:
         paths = self.paths(sandbox_id)
         verb = f"checkpointing sandbox {sandbox_id}"
         record = paths.load()
@@ -199,12 +206,23 @@ class GVisorRuntime:
         # Delete under the runsc id without waiting for runsc to report it stopped (~1.3 s).
         record.checkpointed = True
         paths.save(record)
+        if not defer_cleanup:
+            await self.cleanup(sandbox_id)
+
+    async def cleanup(self, sandbox_id: str) -> None:
+        paths = self.paths(sandbox_id)
+        record = paths.load()
+        if record is None or not record.checkpointed:
+            return
         try:
-            await self._drop_generation(paths, cid, record.generation)
+            for cid in list(record.container_ids):
+                await self._drop_generation(paths, cid, None)
+                record.container_ids = [c for c in record.container_ids if c != cid]
+                paths.save(record)
+            for gen in paths.disk_generations():
+                await remove_disk(paths.disk_image(gen), paths.disk_mount(gen))
         except _FAILURES as exc:
-            raise RuntimeFailure(f"{verb}: cleaning up after the checkpoint: {exc}") from exc
-        record.container_ids = [c for c in record.container_ids if c != cid]
-        paths.save(record)
+            raise RuntimeFailure(f"cleaning up checkpointed sandbox {sandbox_id}: {exc}") from exc
 
     async def pause(self, sandbox_id: str) -> None:
         await self._on_current(sandbox_id, "pausing", self._runsc.pause)

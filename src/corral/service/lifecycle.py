@@ -31,8 +31,11 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
+from corral.network.base import Slot
 from corral.runtime.base import RuntimeFailure, RuntimeStatus
 from corral.service.errors import (
     CapacityExceeded,
@@ -92,6 +95,7 @@ class LifecycleService:
         self.parked_dir = data / "parked"
         self.work_dir = data / "work"
         self._monitor: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         sandboxes.wake_hook = self.wake
 
     # ---------------------------------------------------------------------- start and stop
@@ -108,6 +112,8 @@ class LifecycleService:
             self._monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._monitor
+        if self._background:  # let post-park clean-ups finish; they are short
+            await asyncio.wait(set(self._background), timeout=10)
         await self.sb.close_clients()
 
     def crash_point(self, step: str) -> None:
@@ -148,7 +154,9 @@ class LifecycleService:
             self.db.sandboxes.update(sandbox_id, operation="parking")
             self.crash_point("park:before-checkpoint")
             try:
-                await self.runtime.checkpoint(sandbox_id, partial, leave_running=False)
+                await self.runtime.checkpoint(
+                    sandbox_id, partial, leave_running=False, defer_cleanup=True
+                )
             except RuntimeFailure as exc:
                 shutil.rmtree(partial, ignore_errors=True)
                 info = await self.runtime.info(sandbox_id)
@@ -162,10 +170,10 @@ class LifecycleService:
             self.crash_point("park:after-checkpoint")
             await asyncio.to_thread(seal_image, partial, final)
             self.crash_point("park:after-image")
-            await self.sb.detach(sandbox_id)
+            slot = await self.sb.detach(sandbox_id)
             size = await asyncio.to_thread(image_size_mib, final)
             log.info("sandbox %s: parked (%d MiB image)", sandbox_id, size)
-            return self.db.sandboxes.update(
+            record = self.db.sandboxes.update(
                 sandbox_id,
                 state="parked",
                 operation=None,
@@ -173,6 +181,25 @@ class LifecycleService:
                 image_path=str(final),
                 image_mib=size,
             )
+        # The image is safe and the record says parked: what the sandbox ran on (its stopped
+        # container, its disk, its slot) goes in the background, under the sandbox's lock, so a
+        # wake waits for it. A crash before then leaves nothing a restart does not clear.
+        self._in_background(self._after_park(sandbox_id, slot))
+        return record
+
+    async def _after_park(self, sandbox_id: str, slot: Slot | None) -> None:
+        async with self.sb.lock(sandbox_id):
+            try:
+                await self.runtime.cleanup(sandbox_id)
+            except RuntimeFailure as exc:
+                log.error("sandbox %s: %s", sandbox_id, exc)
+        if slot is not None:
+            await self.sb.release_slot(sandbox_id, slot)
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ---------------------------------------------------------------------------- wake
     async def wake(self, sandbox_id: str) -> SandboxRecord:
@@ -354,6 +381,9 @@ class LifecycleService:
         if record.state == "parked":
             if not image_complete(record.image_path):
                 await sb.fail(record.id, f"its parked image {record.image_path} is missing")
+            else:  # a post-park clean-up that a stop cut short
+                with contextlib.suppress(RuntimeFailure):
+                    await self.runtime.cleanup(record.id)
             return False
         partial, final = self._park_paths(record.id)
         if op == "parking":

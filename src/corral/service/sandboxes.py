@@ -425,19 +425,20 @@ class SandboxService:
                 raise
             raise OperationFailed(f"{verb} sandbox {record.id} failed: {exc}") from exc
 
-    async def detach(self, sandbox_id: str) -> None:
+    async def detach(self, sandbox_id: str) -> Slot | None:
         """Forget the live side of a sandbox whose runtime has already stopped (after a park):
-        close its agent client and give its slot back. Runtime files are kept."""
+        close its agent client and hand back its slot for the caller to release."""
         client = self._clients.pop(sandbox_id, None)
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.aclose()
-        slot = self._slots.pop(sandbox_id, None)
-        if slot is not None:
-            try:
-                await self.network.release(slot)
-            except Exception as exc:
-                log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
+        return self._slots.pop(sandbox_id, None)
+
+    async def release_slot(self, sandbox_id: str, slot: Slot) -> None:
+        try:
+            await self.network.release(slot)
+        except Exception as exc:
+            log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
 
     async def adopt(self, record: SandboxRecord) -> bool:
         """Re-attach to a sandbox that kept running while the daemon was away."""
