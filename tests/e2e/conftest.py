@@ -145,8 +145,13 @@ def stop_daemon(daemon: Daemon, *, kill_sandboxes: bool = True) -> None:
 
 
 def leftover_namespaces(prefix: str) -> list[str]:
+    """What a stopped daemon with no sandboxes left of its network: namespaces of its prefix
+    and its nft table in the host's namespace (named ``nft:<prefix>``)."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
+    left = [line.split()[0] for line in out.splitlines() if line.startswith(prefix + "-")]
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    left += [f"nft:{prefix}" for line in tables.splitlines() if line.split()[-1:] == [prefix]]
+    return left
 
 
 @pytest.fixture(scope="session")
@@ -162,7 +167,10 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         stop_daemon(daemon)
         left = leftover_namespaces(prefix)
         for name in left:
-            subprocess.run(["ip", "netns", "del", name], check=False)
+            if name.startswith("nft:"):
+                subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
+            else:
+                subprocess.run(["ip", "netns", "del", name], check=False)
         assert not left, f"namespaces left behind: {left}\n{daemon.log()[-4000:]}"
 
 

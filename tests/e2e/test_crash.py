@@ -78,7 +78,10 @@ def force_cleanup(data_dir: Path, prefix: str) -> list[str]:
         subprocess.run(["umount", "--lazy", point], check=False)
     for name in leftover_namespaces(prefix):
         left.append(f"netns {name}")
-        subprocess.run(["ip", "netns", "del", name], check=False)
+        if name.startswith("nft:"):
+            subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
+        else:
+            subprocess.run(["ip", "netns", "del", name], check=False)
     return left
 
 

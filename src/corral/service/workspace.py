@@ -110,7 +110,16 @@ class Workspace:
         )
         agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
         workspace = cls.build(settings, runtime, network, agent)
-        workspace.on_stop.append(network.close_spares)
+
+        async def close_network() -> None:
+            # Sandboxes left running keep their slots and the host rules that fence them in;
+            # with none left, nothing of the daemon's may stay in the host's network.
+            if network.leased:
+                await network.close_spares()
+            else:
+                await network.close()
+
+        workspace.on_stop.append(close_network)
         workspace.on_stop.append(workspace.templates.close)
         return workspace
 
