@@ -102,6 +102,12 @@ class GVisorRuntime:
             )
         return SandboxPaths(self.root_dir, sandbox_id)
 
+    def close(self) -> None:
+        """At daemon stop: remove runsc's state dir if no container is left in it."""
+        state_dir = self._runsc.options.root
+        with contextlib.suppress(OSError):
+            state_dir.rmdir()  # only succeeds when empty
+
     async def list_ids(self) -> list[str]:
         try:
             entries = os.scandir(self.root_dir)

@@ -118,6 +118,7 @@ class Workspace:
                 await network.close_spares()
             else:
                 await network.close()
+                runtime.close()
 
         workspace.on_stop.append(close_network)
         workspace.on_stop.append(workspace.templates.close)
