@@ -87,6 +87,7 @@ async def runtime(runtime_root: Path) -> AsyncIterator[GVisorRuntime]:
             if log.exists():
                 print(f"--- console of {sandbox_id} ---\n{log.read_text(errors='replace')[-4000:]}")
             await rt.destroy(sandbox_id)
+        rt.close()  # its runsc state dir under /run/corral
         left = leftovers(runtime_root, cgroup_parent)
         _remove_cgroup_parent(cgroup_parent)
         assert left == [], f"left on the host: {left}"
