@@ -12,11 +12,19 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from typing_extensions import Unpack
 
 from corral.sdk._http import DEFAULT_TIMEOUT, HTTPSession
 from corral.sdk._transfer import Destination, Source, download, upload
 from corral.sdk.config import resolve_api_key, resolve_url
-from corral.sdk.models import Capacity, ImportResult, SandboxInfo, SnapshotInfo, TemplateInfo
+from corral.sdk.models import (
+    Capacity,
+    ImportResult,
+    SandboxInfo,
+    SandboxOptions,
+    SnapshotInfo,
+    TemplateInfo,
+)
 from corral.sdk.sandbox import AsyncSandbox
 
 __all__ = ["AsyncClient"]
@@ -123,75 +131,23 @@ class AsyncClient:
         return [SandboxInfo.from_wire(item) for item in answer.get("sandboxes", [])]
 
     async def create_sandbox_info(
-        self,
-        template: str = "base",
-        *,
-        cpu: float | None = None,
-        memory_mib: int | None = None,
-        disk_mib: int | None = None,
-        env: Mapping[str, str] | None = None,
-        metadata: Mapping[str, str] | None = None,
-        ttl_seconds: int | None = None,
-        snapshot: str | None = None,
-        secret_env: Mapping[str, str] | None = None,
-        on_timeout: str | None = None,
-        auto_park_idle: int | None = None,
-        auto_wake: bool = False,
+        self, template: str = "base", **options: Unpack[SandboxOptions]
     ) -> SandboxInfo:
         body: dict[str, Any] = {"template": template}
-        optional = {
-            "cpu": cpu,
-            "memory_mib": memory_mib,
-            "disk_mib": disk_mib,
-            "ttl_seconds": ttl_seconds,
-            "snapshot": snapshot,
-            "on_timeout": on_timeout,
-            "auto_park_idle": auto_park_idle,
-        }
-        body.update({key: value for key, value in optional.items() if value is not None})
-        if env:
-            body["env"] = dict(env)
-        if secret_env:
-            body["secret_env"] = dict(secret_env)
-        if metadata:
-            body["metadata"] = dict(metadata)
-        if auto_wake:
-            body["auto_wake"] = True
+        for key, value in options.items():
+            if value is None or value is False or value == {}:
+                continue  # the daemon's default
+            body[key] = dict(value) if isinstance(value, Mapping) else value
         return SandboxInfo.from_wire(
             await self.session.json("POST", "/v1/sandboxes", json_body=body)
         )
 
     async def create_sandbox(
-        self,
-        template: str = "base",
-        *,
-        cpu: float | None = None,
-        memory_mib: int | None = None,
-        disk_mib: int | None = None,
-        env: Mapping[str, str] | None = None,
-        metadata: Mapping[str, str] | None = None,
-        ttl_seconds: int | None = None,
-        snapshot: str | None = None,
-        secret_env: Mapping[str, str] | None = None,
-        on_timeout: str | None = None,
-        auto_park_idle: int | None = None,
-        auto_wake: bool = False,
+        self, template: str = "base", **options: Unpack[SandboxOptions]
     ) -> AsyncSandbox:
-        """A new sandbox sharing this client (closing the sandbox handle leaves the client open)."""
-        info = await self.create_sandbox_info(
-            template,
-            cpu=cpu,
-            memory_mib=memory_mib,
-            disk_mib=disk_mib,
-            env=env,
-            metadata=metadata,
-            ttl_seconds=ttl_seconds,
-            snapshot=snapshot,
-            secret_env=secret_env,
-            on_timeout=on_timeout,
-            auto_park_idle=auto_park_idle,
-            auto_wake=auto_wake,
-        )
+        """A new sandbox sharing this client (closing the sandbox handle leaves the client open).
+        See `SandboxOptions` for the options."""
+        info = await self.create_sandbox_info(template, **options)
         return AsyncSandbox(self, info)
 
     async def get_sandbox_info(self, sandbox_id: str) -> SandboxInfo:

@@ -8,8 +8,9 @@ so a newer daemon that adds fields does not break an older SDK. `to_dict()` give
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 __all__ = [
     "Capacity",
@@ -31,6 +32,29 @@ class _Wire:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+class SandboxOptions(TypedDict, total=False):
+    """What a new sandbox may ask for besides its template (all optional).
+
+    `snapshot` restores a saved state instead of starting the template fresh. `secret_env` values
+    reach the sandbox but are never stored or shown, and make it secret-bearing (no fork, export
+    or memory snapshot). `on_timeout` ("kill" or "park") says how `ttl_seconds` ends;
+    `auto_park_idle` parks it after that many idle seconds; `auto_wake` wakes a parked sandbox on
+    the next exec or file call.
+    """
+
+    cpu: float | None
+    memory_mib: int | None
+    disk_mib: int | None
+    env: Mapping[str, str] | None
+    metadata: Mapping[str, str] | None
+    ttl_seconds: int | None
+    snapshot: str | None
+    secret_env: Mapping[str, str] | None
+    on_timeout: str | None
+    auto_park_idle: int | None
+    auto_wake: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,19 @@ from urllib.parse import quote
 
 import anyio
 import httpx
+from typing_extensions import Unpack
 
 from corral.sdk._content import UploadData
 from corral.sdk._transfer import Destination, download
 from corral.sdk.errors import ConnectionFailed, CorralError, NotFound
 from corral.sdk.files import AsyncFiles
-from corral.sdk.models import ExecResult, ProcessInfo, SandboxInfo, SnapshotInfo
+from corral.sdk.models import (
+    ExecResult,
+    ProcessInfo,
+    SandboxInfo,
+    SandboxOptions,
+    SnapshotInfo,
+)
 from corral.sdk.process import (
     AsyncProcess,
     EventCallback,
@@ -113,47 +120,19 @@ class AsyncSandbox:
         cls,
         template: str = "base",
         *,
-        cpu: float | None = None,
-        memory_mib: int | None = None,
-        disk_mib: int | None = None,
-        env: Mapping[str, str] | None = None,
-        metadata: Mapping[str, str] | None = None,
-        ttl_seconds: int | None = None,
-        snapshot: str | None = None,
-        secret_env: Mapping[str, str] | None = None,
-        on_timeout: str | None = None,
-        auto_park_idle: int | None = None,
-        auto_wake: bool = False,
         url: str | None = None,
         api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        **options: Unpack[SandboxOptions],
     ) -> _Opening:
         """Make a new sandbox: `sbx = await AsyncSandbox.create()` or
         `async with AsyncSandbox.create() as sbx:` (or `async with await ...`).
-
-        `snapshot` restores a saved state instead of starting the template fresh. `secret_env`
-        values reach the sandbox but are never stored or shown, and make it secret-bearing (no
-        fork, export or memory snapshot). `on_timeout` ("kill" or "park") says how `ttl_seconds`
-        ends; `auto_park_idle` parks it after that many idle seconds; `auto_wake` wakes a parked
-        sandbox on the next exec or file call."""
+        The options (cpu, memory_mib, env, snapshot, secret_env, ...) are `SandboxOptions`."""
 
         async def open_sandbox() -> AsyncSandbox:
             client = _own_client(url, api_key, transport)
             try:
-                info = await client.create_sandbox_info(
-                    template,
-                    cpu=cpu,
-                    memory_mib=memory_mib,
-                    disk_mib=disk_mib,
-                    env=env,
-                    metadata=metadata,
-                    ttl_seconds=ttl_seconds,
-                    snapshot=snapshot,
-                    secret_env=secret_env,
-                    on_timeout=on_timeout,
-                    auto_park_idle=auto_park_idle,
-                    auto_wake=auto_wake,
-                )
+                info = await client.create_sandbox_info(template, **options)
             except BaseException:
                 await client.aclose()
                 raise

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+from typing_extensions import Unpack
 
 from corral.sdk._content import UploadData
 from corral.sdk._portal import portal
@@ -26,6 +27,7 @@ from corral.sdk.models import (
     ProcessEvent,
     ProcessInfo,
     SandboxInfo,
+    SandboxOptions,
     SnapshotInfo,
     TemplateInfo,
     WriteResult,
@@ -136,39 +138,15 @@ class Sandbox:
     def create(
         cls,
         template: str = "base",
-        cpu: float | None = None,
-        memory_mib: int | None = None,
-        disk_mib: int | None = None,
-        env: Mapping[str, str] | None = None,
-        metadata: Mapping[str, str] | None = None,
-        ttl_seconds: int | None = None,
+        *,
         url: str | None = None,
         api_key: str | None = None,
-        *,
-        snapshot: str | None = None,
-        secret_env: Mapping[str, str] | None = None,
-        on_timeout: str | None = None,
-        auto_park_idle: int | None = None,
-        auto_wake: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        **options: Unpack[SandboxOptions],
     ) -> Sandbox:
-        """See `AsyncSandbox.create` for the meaning of each option."""
+        """See `AsyncSandbox.create` and `SandboxOptions` for the options."""
         opening = AsyncSandbox.create(
-            template,
-            cpu=cpu,
-            memory_mib=memory_mib,
-            disk_mib=disk_mib,
-            env=env,
-            metadata=metadata,
-            ttl_seconds=ttl_seconds,
-            snapshot=snapshot,
-            secret_env=secret_env,
-            on_timeout=on_timeout,
-            auto_park_idle=auto_park_idle,
-            auto_wake=auto_wake,
-            url=url,
-            api_key=api_key,
-            transport=transport,
+            template, url=url, api_key=api_key, transport=transport, **options
         )
         return cls(portal().call(_await(opening)))
 
@@ -359,38 +337,8 @@ class Client:
     ) -> list[SandboxInfo]:
         return portal().call(self._async.list_sandboxes(state, metadata))
 
-    def create_sandbox(
-        self,
-        template: str = "base",
-        *,
-        cpu: float | None = None,
-        memory_mib: int | None = None,
-        disk_mib: int | None = None,
-        env: Mapping[str, str] | None = None,
-        metadata: Mapping[str, str] | None = None,
-        ttl_seconds: int | None = None,
-        snapshot: str | None = None,
-        secret_env: Mapping[str, str] | None = None,
-        on_timeout: str | None = None,
-        auto_park_idle: int | None = None,
-        auto_wake: bool = False,
-    ) -> Sandbox:
-        inner = portal().call(
-            self._async.create_sandbox(
-                template,
-                cpu=cpu,
-                memory_mib=memory_mib,
-                disk_mib=disk_mib,
-                env=env,
-                metadata=metadata,
-                ttl_seconds=ttl_seconds,
-                snapshot=snapshot,
-                secret_env=secret_env,
-                on_timeout=on_timeout,
-                auto_park_idle=auto_park_idle,
-                auto_wake=auto_wake,
-            )
-        )
+    def create_sandbox(self, template: str = "base", **options: Unpack[SandboxOptions]) -> Sandbox:
+        inner = portal().call(self._async.create_sandbox(template, **options))
         return Sandbox(inner)
 
     def connect(self, sandbox_id: str) -> Sandbox:
