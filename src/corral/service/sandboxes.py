@@ -52,7 +52,7 @@ from corral.service.errors import (
     StateConflict,
 )
 from corral.service.templates import TemplateService
-from corral.storage import Database, SandboxRecord
+from corral.storage import Database, SandboxRecord, TemplateRecord
 
 log = logging.getLogger("corral.sandboxes")
 
@@ -308,40 +308,80 @@ class SandboxService:
                 f"template {template.name!r} is warm: its sandboxes continue from a memory image "
                 f"of {template.memory_mib} MiB, so their memory cannot be changed"
             )
-        rootfs = self.templates.rootfs(template)
         env = {**template.env, **request.env}
-        now = time.time()
-        record = SandboxRecord(
+        record = self.new_record(
+            request, template.name, (cpu, memory, disk), expires, env=env, operation="creating"
+        )
+        record.pooled = pooled
+        return await self.launch(
+            record,
+            template,
+            image=template.image,
+            env={**env, **request.secret_env},
+            image_dir=Path(warm) if warm else None,
+            configure=bool(request.env or request.secret_env),
+        )
+
+    def new_record(
+        self,
+        request: CreateRequest,
+        template: str,
+        resources: tuple[float, int, int],
+        expires: float | None,
+        *,
+        env: dict[str, str],
+        operation: str,
+        parent_id: str | None = None,
+    ) -> SandboxRecord:
+        """The record of a sandbox about to be made for ``request`` (not yet stored)."""
+        cpu, memory, disk = resources
+        return SandboxRecord(
             id=new_sandbox_id(),
             state="creating",
-            template=template.name,
+            template=template,
             cpu=cpu,
             memory_mib=memory,
             disk_mib=disk,
             env=env,
             metadata=dict(request.metadata),
+            created_at=time.time(),
             expires_at=expires,
-            operation="creating",
+            operation=operation,
             secret_keys=sorted(request.secret_env),
             on_timeout=request.on_timeout,
             auto_park_idle=request.auto_park_idle,
             auto_wake=request.auto_wake,
-            last_active_at=now,
-            pooled=pooled,
+            parent_id=parent_id,
+            last_active_at=time.time(),
         )
+
+    async def launch(
+        self,
+        record: SandboxRecord,
+        template: TemplateRecord,
+        *,
+        image: str,
+        env: dict[str, str],
+        image_dir: Path | None,
+        configure: bool,
+    ) -> SandboxRecord:
+        """Admit ``record``, pin it to ``image`` of ``template``, and boot it cold or restore
+        ``image_dir`` (a warm template's or a snapshot's memory) into it. A restored sandbox's
+        memory holds the env it was taken with: ``configure`` gives new processes ``env``. A
+        cold one starts the template's start command. On any failure nothing remains."""
+        rootfs = self.templates.image_rootfs(image, template.name)
         await self.admit([record])
-        self.templates.pin(record.id, template)
-        full_env = {**env, **request.secret_env}
+        self.templates.pin_image(record.id, template, image)
         async with self.lock(record.id):
             try:
-                await self.boot(record, rootfs, full_env, image_dir=Path(warm) if warm else None)
-                if warm is not None and (request.env or request.secret_env):
-                    # The warm memory holds the template's env; give new processes this one.
-                    await self._clients[record.id].set_env(full_env)
-                if warm is None and template.start_cmd:
+                await self.boot(record, rootfs, env, image_dir=image_dir)
+                client = self._clients[record.id]
+                if image_dir is not None and configure:
+                    await client.set_env(env)
+                if image_dir is None and template.start_cmd:
                     # The template's start command (a Dockerfile's CMD/ENTRYPOINT, --start) runs
                     # in the background of every sandbox booted from it, tagged "start".
-                    await self._clients[record.id].start_process(
+                    await client.start_process(
                         {
                             "cmd": list(template.start_cmd),
                             "cwd": template.workdir,

@@ -40,7 +40,6 @@ from corral.service.sandboxes import (
     SandboxService,
     image_complete,
     image_size_mib,
-    new_sandbox_id,
     require_state,
 )
 from corral.storage import SandboxRecord, SnapshotRecord
@@ -249,42 +248,24 @@ class SnapshotService:
         if request.secret_env:
             raise InvalidRequest("secret env cannot be given to a sandbox restored from memory")
         cpu, memory, disk, expires = self.sb.resolve(request)
-        now = time.time()
-        record = SandboxRecord(
-            id=new_sandbox_id(),
-            state="creating",
-            template=snapshot.template,
-            cpu=cpu,
-            memory_mib=memory,
-            disk_mib=disk,
+        record = self.sb.new_record(
+            request,
+            snapshot.template,
+            (cpu, memory, disk),
+            expires,
             env={**snapshot.env, **request.env},
-            metadata=dict(request.metadata),
-            created_at=now,
-            expires_at=expires,
             operation="restoring",
-            on_timeout=request.on_timeout,
-            auto_park_idle=request.auto_park_idle,
-            auto_wake=request.auto_wake,
             parent_id=snapshot.source_id,
-            last_active_at=now,
         )
         template = self.sb.templates.get(snapshot.template)
-        image = snapshot.image or template.image
-        rootfs = self.sb.templates.image_rootfs(image, template.name)
-        await self.sb.admit([record])
-        self.sb.templates.pin_image(record.id, template, image)
-        async with self.sb.lock(record.id):
-            try:
-                await self.sb.boot(record, rootfs, record.env, image_dir=Path(snapshot.image_path))
-            except BaseException:
-                self.db.sandboxes.delete(record.id)
-                raise
-            record = self.db.sandboxes.update(record.id, state="running", operation=None)
-        if request.env:
-            client = self.sb.agent(record.id, "configure")
-            with contextlib.suppress(AgentError):
-                await client.set_env(record.env)
-        return record
+        return await self.sb.launch(
+            record,
+            template,
+            image=snapshot.image or template.image,
+            env=record.env,
+            image_dir=Path(snapshot.image_path),
+            configure=bool(request.env),
+        )
 
     async def _apply_files(self, record: SandboxRecord, image: Path) -> None:
         client = self.sb.agent(record.id, "restore files into")

@@ -230,16 +230,10 @@ class TemplateService:
         if over:
             raise CapacityExceeded(f"template {template.name!r}: " + "; ".join(over))
 
-    def pin(self, sandbox_id: str, template: TemplateRecord) -> None:
-        """Record that ``sandbox_id`` uses the template's current image and exec defaults."""
-        self._db.templates.pin(
-            TemplatePin(sandbox_id, template.name, template.image, template.workdir, template.user)
-        )
-        self._defaults[sandbox_id] = (template.workdir, template.user)
-
     def pin_image(self, sandbox_id: str, template: TemplateRecord, image: str) -> None:
-        """Pin ``sandbox_id`` to a given image of ``template`` (forks and restored snapshots run
-        on the image their memory was taken on, even if the tag has been rebuilt since)."""
+        """Record that ``sandbox_id`` runs on ``image`` of ``template`` with its exec defaults
+        (forks and restored snapshots keep the image their memory was taken on, even if the tag
+        has been rebuilt since)."""
         self._db.templates.pin(
             TemplatePin(sandbox_id, template.name, image, template.workdir, template.user)
         )

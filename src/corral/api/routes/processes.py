@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from typing import Any
-
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from corral.api import schemas
 from corral.api.deps import ProcessesDep
+from corral.api.streams import NDJSON, ndjson_response
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["processes"])
-
-NDJSON = "application/x-ndjson"
-
-
-async def _ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for event in events:
-        yield json.dumps(event, separators=(",", ":")).encode() + b"\n"
 
 
 @router.post(
@@ -38,7 +28,7 @@ async def exec_command(
         pid = await processes.start(sandbox_id, spec)
         return JSONResponse({"pid": pid}, status_code=201)
     events = await processes.exec_stream(sandbox_id, spec)
-    return StreamingResponse(_ndjson(events), media_type=NDJSON)
+    return ndjson_response(events)
 
 
 @router.get("/processes", operation_id="list_processes", response_model=schemas.ProcessList)
@@ -64,7 +54,7 @@ async def process_events(
     sandbox_id: str, pid: int, processes: ProcessesDep, after: int = -1, follow: bool = True
 ) -> StreamingResponse:
     events = await processes.events(sandbox_id, pid, after, follow)
-    return StreamingResponse(_ndjson(events), media_type=NDJSON)
+    return ndjson_response(events)
 
 
 @router.post("/processes/{pid}/stdin", operation_id="send_stdin", status_code=204)

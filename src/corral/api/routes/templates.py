@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from typing import Any
-
 from fastapi import APIRouter, Response
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import FileResponse
 
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
+from corral.api.streams import NDJSON, ndjson_response
 from corral.images.steps import BuildStep
 from corral.service.builds import BuildHandle
 from corral.service.templates import BuildRequest, TemplateService
 from corral.storage import TemplateRecord
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
-
-NDJSON = "application/x-ndjson"
 
 
 def to_schema(record: TemplateRecord, templates: TemplateService) -> schemas.Template:
@@ -48,11 +43,6 @@ def to_schema(record: TemplateRecord, templates: TemplateService) -> schemas.Tem
         layers=layers,
         used_by=templates.users(record.name),
     )
-
-
-async def _ndjson(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for event in events:
-        yield json.dumps(event, separators=(",", ":")).encode() + b"\n"
 
 
 @router.post(
@@ -85,7 +75,7 @@ async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Respo
         )
     )
     assert isinstance(handle, BuildHandle)
-    return StreamingResponse(_ndjson(handle.events()), media_type=NDJSON)
+    return ndjson_response(handle.events())
 
 
 @router.get("", operation_id="list_templates", response_model=schemas.TemplateList)
