@@ -39,7 +39,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
 
     data_dir: Path = DEFAULT_DATA_DIR
-    images_dir: Path | None = None  # default: <data_dir>/images
+    # Prebuilt read-only images (the `base` that scripts/setup debootstraps). Host-wide, not per
+    # data dir: every workspace on the host uses the same immutable images.
+    images_dir: Path = DEFAULT_DATA_DIR / "images"
     listen: str = DEFAULT_LISTEN
 
     # Workspace capacity (0 = derive from the host).
@@ -89,10 +91,6 @@ class Settings(BaseSettings):
     @property
     def sandboxes_dir(self) -> Path:
         return self.data_dir / "sandboxes"
-
-    @property
-    def images_path(self) -> Path:
-        return self.images_dir or self.data_dir / "images"
 
     @property
     def db_path(self) -> Path:

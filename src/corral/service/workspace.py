@@ -62,7 +62,7 @@ class Workspace:
     ) -> Workspace:
         settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         db = Database(settings.db_path)
-        images = ImageStore(settings.images_path)
+        images = ImageStore(settings.images_dir)
         templates = TemplateService(db, images, settings)
         sandboxes = SandboxService(settings, db, runtime, network, templates, agent, connect_agent)
         templates.store.set_mount_points(
