@@ -38,7 +38,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def start_registry(root: Path, auth: tuple[str, str] | None = None) -> Iterator[str]:
     """Run docker-registry on a free loopback port (with htpasswd auth when given)."""
     if shutil.which("docker-registry") is None:
-        pytest.skip("docker-registry is not installed (scripts/setup installs it)")
+        pytest.fail("docker-registry is not installed (scripts/setup installs it)")
     port = free_port()
     config = root / "config.yml"
     text = (
