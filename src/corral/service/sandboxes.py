@@ -184,9 +184,12 @@ class SandboxService:
         records = self.db.sandboxes.list(states=wanted, metadata=metadata)
         return [r for r in records if include_pooled or not r.pooled]
 
-    def agent(self, sandbox_id: str, action: str) -> AgentClient:
-        """The agent client of a running sandbox, or a StateConflict that says why not."""
-        record = self.get(sandbox_id)
+    def agent(
+        self, sandbox_id: str, action: str, record: SandboxRecord | None = None
+    ) -> AgentClient:
+        """The agent client of a running sandbox, or a StateConflict that says why not
+        (``record``: the sandbox's record when the caller has just read it)."""
+        record = record or self.get(sandbox_id)
         if record.state != "running" or record.operation not in (None, "forking", "snapshotting"):
             require_state(record, action, "running")
         client = self._clients.get(sandbox_id)
@@ -198,8 +201,8 @@ class SandboxService:
         """Like ``agent``, but first wakes a parked sandbox that asked for ``auto_wake``."""
         record = self.get(sandbox_id)
         if record.state == "parked" and record.auto_wake and self.wake_hook is not None:
-            await self.wake_hook(sandbox_id)
-        return self.agent(sandbox_id, action)
+            record = await self.wake_hook(sandbox_id)
+        return self.agent(sandbox_id, action, record)
 
     def touch(self, sandbox_id: str) -> None:
         """Note activity (an exec or file call) for idle auto-park. Kept in memory: writing the
