@@ -149,7 +149,7 @@ def _decompressor(digesting: _Digesting, head: bytes, label: str) -> IO[bytes]:
 def _parts(name: str, what: str) -> list[str]:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise ImageImportError(f"{what} {name!r} has a '..' component")
+        raise ImageImportError(f"{what} has a '..' component")
     return parts
 
 
@@ -219,7 +219,7 @@ class _Unpacker:
                 f"unpacking layer {self.label}: more than {self.limits.max_members} members "
                 "(the per-layer member limit)"
             )
-        parts = _parts(member.name, "member")
+        parts = _parts(member.name, "its name")
         if not parts:  # the layer's own "/": its owner and mode
             _set_meta(self.root, member)
             return
@@ -252,7 +252,7 @@ class _Unpacker:
                 self.skipped_devices += 1
                 self.skipped.add(tuple(parts))
             else:
-                raise ImageImportError(f"member {member.name!r} has an unsupported type")
+                raise ImageImportError(f"its type {member.type!r} is not supported")
         finally:
             os.close(parent)
 
@@ -295,9 +295,9 @@ class _Unpacker:
         self.size += member.size
 
     def hardlink(self, parent: int, base: str, member: tarfile.TarInfo, parts: list[str]) -> None:
-        target = _parts(member.linkname, "hard link target")
+        target = _parts(member.linkname, f"its hard link target {member.linkname!r}")
         if not target:
-            raise ImageImportError(f"hard link {member.name!r} points at the layer root")
+            raise ImageImportError("it is a hard link to the layer root")
         if tuple(target) in self.skipped:  # a link to a skipped device node
             self.skipped_devices += 1
             self.skipped.add(tuple(parts))
@@ -308,7 +308,7 @@ class _Unpacker:
         try:
             src = os.stat(target[-1], dir_fd=src_parent, follow_symlinks=False)
             if stat.S_ISDIR(src.st_mode):
-                raise ImageImportError(f"hard link {member.name!r} points at a directory")
+                raise ImageImportError(f"it is a hard link to the directory {member.linkname!r}")
             _remove_entry(parent, base)
             os.link(
                 target[-1], base, src_dir_fd=src_parent, dst_dir_fd=parent, follow_symlinks=False
@@ -388,13 +388,13 @@ def _unpack_members(stream: _Digesting, unpacker: _Unpacker, label: str) -> None
             while (member := archive.next()) is not None:
                 unpacker.add(archive, member)
                 archive.members.clear()  # a stream needs no index; keep memory flat
-    except ImageImportError as exc:
+    except (ImageImportError, OSError, ValueError, OverflowError) as exc:
         if str(exc).startswith("unpacking layer"):
             raise
-        raise ImageImportError(f"unpacking layer {label}: {exc}") from exc
-    except (OSError, ValueError, OverflowError) as exc:
         where = f"member {member.name!r}: " if member is not None else ""
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if isinstance(exc, OSError) and member is not None and member.islnk():
+            detail += f" (hard link to {member.linkname!r}, resolved inside the layer)"
         raise ImageImportError(f"unpacking layer {label}: {where}{detail}") from exc
     except (tarfile.TarError, EOFError) as exc:
         raise ImageImportError(f"unpacking layer {label}: not a valid tar: {exc}") from exc
