@@ -260,6 +260,38 @@ def test_dockerfile_build_copies_files_and_records_the_start_command(
         remove(daemon, "dfile")
 
 
+def test_setuid_files_keep_their_bits_inside_the_sandbox_from_a_nosuid_view(
+    daemon: Daemon, images: dict[str, Path]
+) -> None:
+    # The host mounts image views nosuid,nodev; what setuid does inside is gVisor's business
+    # (measured: this runsc does not raise the euid on exec, with or without the host flag).
+    made = create(
+        daemon,
+        "bsuid",
+        "--from",
+        "base",
+        "--run",
+        "cp /usr/bin/id /usr/local/bin/suid-id && chmod 4755 /usr/local/bin/suid-id",
+    )
+    try:
+        assert made.returncode == 0, made.stderr.decode()
+        sandbox = new(daemon, "--template", "bsuid")  # mounts the image's view
+        try:
+            view = [line.split() for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+            store = str((daemon.data_dir / "store" / "mnt").resolve())
+            flags = [row[5] for row in view if row[4].startswith(store)]
+            assert flags and all({"nosuid", "nodev"} <= set(f.split(",")) for f in flags), flags
+            as_nobody = ("exec", sandbox, "--user", "nobody", "--")
+            mode = daemon.cli(*as_nobody, "stat", "-c", "%a %u", "/usr/local/bin/suid-id")
+            assert mode.stdout == b"4755 0\n", mode.stderr.decode()
+            ran = daemon.cli(*as_nobody, "/usr/local/bin/suid-id", "-ru")
+            assert ran.returncode == 0 and ran.stdout == b"65534\n", ran.stderr.decode()
+        finally:
+            daemon.cli("kill", sandbox)
+    finally:
+        remove(daemon, "bsuid")
+
+
 def test_registry_pull_anonymous(daemon: Daemon, images: dict[str, Path], registry: str) -> None:
     push(images, f"{registry}/corral/busybox:v1")
     # TLS is skipped only when asked, loopback registries included.

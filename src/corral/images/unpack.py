@@ -221,6 +221,8 @@ class _Unpacker:
             )
         parts = _parts(member.name, "its name")
         if not parts:  # the layer's own "/": its owner and mode
+            if not member.isdir():
+                raise ImageImportError("it names the layer root but is not a directory")
             _set_meta(self.root, member)
             return
         base = parts[-1]
