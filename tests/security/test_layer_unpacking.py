@@ -24,7 +24,7 @@ import pytest
 
 from corral.images import ImageStore
 from corral.images.cas import ContentStore, ImageConfig, ImageManifest
-from corral.images.oci import ImageImportError, LayoutLayer, fetch, parse_source
+from corral.images.oci import ImageImportError, LayoutLayer, fetch, parse_source, read_layout
 from corral.images.unpack import LayerLimits, unpack_layer
 
 
@@ -292,6 +292,25 @@ def test_member_count_and_size_are_bounded(scene: Scene) -> None:
     with pytest.raises(ImageImportError, match=r"more than 100000 bytes \(the per-layer size"):
         scene.unpack(big, LayerLimits(max_bytes=100_000))
     assert not scene.layer_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "digest", ["sha256:../../../outside/canary", "md5:abc", "sha256:" + "A" * 64, 7]
+)
+def test_a_layout_naming_blobs_outside_itself_is_refused(tmp_path: Path, digest: object) -> None:
+    layout = tmp_path / "layout"
+    layout.mkdir()
+    (layout / "index.json").write_text(json.dumps({"manifests": [{"digest": digest}]}))
+    with pytest.raises(ImageImportError, match="is not a digest"):
+        read_layout(layout)
+
+
+def test_an_oversized_layout_json_is_refused(tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    layout.mkdir()
+    (layout / "index.json").write_text(json.dumps({"manifests": [], "pad": "x" * (5 << 20)}))
+    with pytest.raises(ImageImportError, match=r"index\.json is over"):
+        read_layout(layout)
 
 
 # -- the content-addressed store only trusts layers it verified ---------------------------------

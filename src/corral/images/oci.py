@@ -1,5 +1,5 @@
-"""OCI images in: where an image comes from, fetching it with skopeo, reading the OCI layout skopeo
-wrote, and unpacking its layers safely.
+"""OCI images in: where an image comes from, fetching it with skopeo and reading the OCI layout
+skopeo wrote.
 
 Every source is first copied by ``skopeo copy`` into a private OCI image layout (skopeo speaks
 docker-archive, OCI layouts and registries, with credentials and TLS settings), so the rest of
