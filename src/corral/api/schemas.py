@@ -218,7 +218,9 @@ class TemplateBuild(BaseModel):
     context_dir: str | None = Field(default=None, description="absolute host dir for COPY")
     build_args: dict[str, str] = Field(default_factory=dict)
     creds: str | None = Field(default=None, description="registry USER:PASS (never stored)")
-    insecure: bool = Field(default=False, description="plain-HTTP / unverified TLS registry")
+    insecure: bool = Field(
+        default=False, description="allow a plain-HTTP / unverified-TLS registry (loopback too)"
+    )
     cpu: float | None = Field(default=None, gt=0)
     memory_mib: int | None = Field(default=None, gt=0)
     disk_mib: int | None = Field(default=None, gt=0)

@@ -58,7 +58,11 @@ def create_template(
     build_arg: list[str] = typer.Option([], "--build-arg", help="ARG value K=V (repeatable)."),
     start: str | None = typer.Option(None, "--start", help="Start command of every sandbox."),
     creds: str | None = typer.Option(None, "--creds", help="Registry USER:PASS."),
-    insecure: bool = typer.Option(False, "--insecure", help="Plain-HTTP registry."),
+    insecure: bool = typer.Option(
+        False,
+        "--insecure",
+        help="Allow a plain-HTTP or unverified-TLS registry (loopback ones too).",
+    ),
     tag: list[str] = typer.Option([], "--tag", help="Also tag the result (repeatable)."),
     cpu: float | None = typer.Option(None, "--cpu", help="Default vCPUs."),
     memory: int | None = typer.Option(None, "--memory", help="Default memory in MiB."),

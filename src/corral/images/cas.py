@@ -3,7 +3,10 @@
 On-disk format (``<data_dir>/store``)::
 
     layers/<hex>/        one unpacked layer in overlayfs format (whiteouts as 0/0 char devices);
-                         <hex> is the layer's diff id (imports) or its content digest (builds)
+                         <hex> is the layer's diff id (imports) or its content digest (builds);
+                         its root dir's ``trusted.corral.layer`` xattr says how that id was
+                         checked: ``diff:sha256:<hex>`` (unpacked from a blob whose tar had that
+                         digest) or ``built:sha256:<hex>`` (``layer_digest`` of the build's output)
     images/<hex>.json    an ImageManifest; <hex> is the sha256 of the manifest's canonical JSON
     mnt/<hex[:16]>/      the read-only view of an image: an overlayfs mount of its layers (or a
                          read-only bind mount of a single layer), made on first use and re-made
@@ -11,9 +14,15 @@ On-disk format (``<data_dir>/store``)::
     tmp/                 imports and builds in progress; cleared at start
 
 A layer or manifest appears only by ``rename`` of a complete temporary dir or file, so a crash
-never leaves half of one. Besides store layers a manifest may name a prebuilt image of the
-``ImageStore`` (the debootstrapped ``base``) as ``prebuilt:<name>``: that rootfs is used as a
-bottom layer in place and is never deleted here.
+never leaves half of one. An import reuses a stored layer only if its mark says it was unpacked
+and verified as that diff id: a hostile image cannot pre-seed a popular layer id with other
+content, and an unmarked entry (older stores) is replaced by the verified one. The store's dirs
+are 0700 and its manifests 0600: layers keep their setuid files and owners for the sandboxes,
+and no host user can reach them (views are also mounted ``nosuid,nodev``).
+
+Besides store layers a manifest may name a prebuilt image of the ``ImageStore`` (the
+debootstrapped ``base``) as ``prebuilt:<name>``: that rootfs is used as a bottom layer in place
+and is never deleted here.
 
 Locking: none inside; the template service serializes writes (imports, builds, gc).
 """
@@ -33,7 +42,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from corral.images.mounts import is_mounted, mount_overlay, unmount
+from corral.images.oci import LayoutLayer
 from corral.images.store import ImageStore
+from corral.images.unpack import LayerLimits, unpack_layer
 
 __all__ = [
     "PREBUILT",
@@ -47,6 +58,7 @@ __all__ = [
 
 PREBUILT = "prebuilt:"
 _CHUNK = 1 << 20
+_MARK_XATTR = "trusted.corral.layer"
 
 
 @dataclass(frozen=True)
@@ -168,10 +180,17 @@ def layer_digest(root: Path) -> str:
 class ContentStore:
     """Owns ``root`` (see the module docstring); ``prebuilt`` supplies ``prebuilt:<name>``."""
 
-    def __init__(self, root: Path, prebuilt: ImageStore, mounter: Mounter | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        prebuilt: ImageStore,
+        mounter: Mounter | None = None,
+        limits: LayerLimits | None = None,
+    ) -> None:
         self.root = root
         self.prebuilt = prebuilt
         self.mounter: Mounter = mounter or OverlayMounter()
+        self.limits = limits or LayerLimits()
         self.layers_dir = root / "layers"
         self.images_dir = root / "images"
         self.mnt_dir = root / "mnt"
@@ -179,15 +198,16 @@ class ContentStore:
 
     # -- start ------------------------------------------------------------------------------
     def open(self) -> None:
-        """Create the dirs and clear work left by an interrupted import or build."""
-        for d in (self.layers_dir, self.images_dir, self.mnt_dir, self.tmp_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        """Create the dirs (0700) and clear work left by an interrupted import or build."""
+        for d in (self.root, self.layers_dir, self.images_dir, self.mnt_dir, self.tmp_dir):
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            d.chmod(0o700)
         for leftover in self.tmp_dir.iterdir():
             self._remove_tree(leftover)
 
     def work_dir(self, prefix: str) -> Path:
         """A new private dir under ``tmp/`` for one import or build (the caller removes it)."""
-        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp_dir))
 
     # -- layers ------------------------------------------------------------------------------
@@ -205,13 +225,50 @@ class ContentStore:
         except (ValueError, FileNotFoundError):
             return False
 
+    def has_verified_layer(self, diff_id: str) -> bool:
+        """Whether the layer ``diff_id`` is stored *and* was unpacked from a blob whose
+        uncompressed tar has that digest (the only entries an import may reuse)."""
+        try:
+            mark = os.getxattr(self.layer_path(diff_id), _MARK_XATTR, follow_symlinks=False)
+        except (OSError, ValueError):
+            return False
+        return mark == f"diff:{diff_id}".encode()
+
+    def import_layer(self, layer: LayoutLayer) -> bool:
+        """Store ``layer`` under its diff id: unpack its blob into the store's tmp dir (inside
+        its own root, bounded by ``limits``), checking the blob's digest and diff id in the same
+        pass, and only then move it in. Returns whether the layer was new. Blocking: call it in a
+        thread. Raises ImageImportError and stores nothing when the layer is refused."""
+        if self.has_verified_layer(layer.diff_id):
+            return False
+        target = self.layer_path(layer.diff_id)
+        work = self.work_dir(".layer-")
+        try:
+            unpacked = unpack_layer(
+                layer.blob,
+                work / "layer",
+                digest=layer.digest,
+                diff_id=layer.diff_id,
+                limits=self.limits,
+            )
+            os.setxattr(unpacked.path, _MARK_XATTR, f"diff:{layer.diff_id}".encode())
+            if target.exists() or target.is_symlink():
+                # Not written by this path (an older store's): set it aside, keep the checked one.
+                os.replace(target, work / "unverified")
+            os.replace(unpacked.path, target)
+        finally:
+            self._remove_tree(work)
+        return True
+
     def add_layer(self, ref: str, unpacked: Path) -> bool:
-        """Move the complete layer dir ``unpacked`` in as ``ref``; if that layer is already
-        stored, drop ``unpacked`` instead. Returns whether the layer was new."""
+        """Move the complete built layer dir ``unpacked`` in as ``ref``, which the caller
+        computed as ``layer_digest(unpacked)``; if that layer is already stored, drop
+        ``unpacked`` instead. Returns whether the layer was new."""
         target = self.layer_path(ref)
         if target.is_dir():
             self._remove_tree(unpacked)
             return False
+        os.setxattr(unpacked, _MARK_XATTR, f"built:{ref}".encode(), follow_symlinks=False)
         os.replace(unpacked, target)
         return True
 
@@ -225,7 +282,10 @@ class ContentStore:
         path = self.images_dir / f"{_hex(image_id)}.json"
         if not path.exists():
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(manifest.to_json())
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with open(fd, "w") as fh:
+                fh.write(manifest.to_json())
             os.replace(tmp, path)
         return image_id
 
@@ -263,7 +323,7 @@ class ContentStore:
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.touch()
-            stub.parent.mkdir(parents=True, exist_ok=True)
+            stub.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.replace(work, stub)
         return str(stub)
 

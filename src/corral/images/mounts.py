@@ -1,5 +1,7 @@
-"""Host overlayfs mounts of image layers: the read-only view of an image, the writable view a
-build writes its new layer through, and the conversion of OCI whiteouts to overlayfs ones.
+"""Host overlayfs mounts of image layers: the read-only view of an image and the writable view a
+build writes its new layer through. Every view is mounted ``nosuid,nodev``: layers keep the
+setuid files and (whiteout) device nodes of their images for the sandboxes, and the host never
+honours them.
 
 Layer dirs use overlayfs's own format (a deleted path is a 0/0 character device, an opaque dir
 carries ``trusted.overlay.opaque=y``), so a stack of layers is one ``mount -t overlay`` away.
@@ -9,22 +11,19 @@ fit in a page, and relative names let ~60 layers fit instead of ~40.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
 
 __all__ = [
+    "MOUNT_FLAGS",
     "MountError",
-    "convert_oci_whiteouts",
     "is_mounted",
     "mount_overlay",
     "unmount",
 ]
 
-_OPAQUE_XATTR = "trusted.overlay.opaque"
-_WHITEOUT_PREFIX = ".wh."
-_OPAQUE_MARKER = ".wh..wh..opq"
+MOUNT_FLAGS = "nosuid,nodev"
 
 
 class MountError(Exception):
@@ -53,12 +52,12 @@ def mount_overlay(
     (overlayfs refuses one lower dir without an upper)."""
     target.mkdir(parents=True, exist_ok=True)
     if upper is None and len(lower) == 1:
-        argv = ["mount", "--bind", "-o", "ro", str(layers_dir / lower[0]), str(target)]
-        _run(argv, target, layers_dir)
-        # A bind mount's ro flag applies only on remount.
-        _run(["mount", "-o", "remount,bind,ro", str(target)], target, layers_dir)
+        argv = ["mount", "--bind", "-o", f"ro,{MOUNT_FLAGS}", str(layers_dir / lower[0])]
+        _run([*argv, str(target)], target, layers_dir)
+        # A bind mount's ro, nosuid and nodev flags apply only on remount.
+        _run(["mount", "-o", f"remount,bind,ro,{MOUNT_FLAGS}", str(target)], target, layers_dir)
         return
-    options = ["lowerdir=" + ":".join(lower)]
+    options = [MOUNT_FLAGS, "lowerdir=" + ":".join(lower)]
     if upper is not None and work is not None:
         options += [f"upperdir={upper}", f"workdir={work}"]
     else:
@@ -93,25 +92,3 @@ def _run(argv: list[str], target: Path, cwd: Path) -> None:
     result = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
     if result.returncode != 0:
         raise MountError(f"mounting {target}: {result.stderr.strip() or result.returncode}")
-
-
-def convert_oci_whiteouts(root: Path) -> int:
-    """Turn the OCI whiteouts of an unpacked layer at ``root`` into overlayfs ones, in place.
-
-    ``.wh.NAME`` becomes a 0/0 character device ``NAME``; ``.wh..wh..opq`` marks its directory
-    opaque. Returns how many whiteouts were converted.
-    """
-    converted = 0
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            if not name.startswith(_WHITEOUT_PREFIX):
-                continue
-            path = os.path.join(dirpath, name)
-            os.unlink(path)
-            if name == _OPAQUE_MARKER:
-                os.setxattr(dirpath, _OPAQUE_XATTR, b"y")
-            else:
-                hidden = os.path.join(dirpath, name[len(_WHITEOUT_PREFIX) :])
-                os.mknod(hidden, 0o600 | 0o020000, os.makedev(0, 0))
-            converted += 1
-    return converted

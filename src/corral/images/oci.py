@@ -1,40 +1,42 @@
-"""OCI images in: where an image comes from, fetching it with skopeo, reading the OCI layout skopeo
-wrote, and unpacking its layers safely.
+"""OCI images in: where an image comes from, fetching it with skopeo and reading the OCI layout
+skopeo wrote.
 
 Every source is first copied by ``skopeo copy`` into a private OCI image layout (skopeo speaks
 docker-archive, OCI layouts and registries, with credentials and TLS settings), so the rest of
 the import reads one format: ``index.json`` → manifest → config (with ``rootfs.diff_ids``) and the
-layer blobs. Layers are unpacked with Python's ``tarfile`` under a filter that refuses members
-that would land outside the layer dir (directly or through a symlink of the archive itself) but
-keeps what images need (absolute symlinks, setuid bits, device nodes, ownership).
+layer blobs (unpacked and verified by ``corral.images.unpack``). Registry credentials reach skopeo
+in a 0600 auth file of a private temp dir (never on its command line, which ``ps`` shows), and TLS
+is verified unless the caller asked for ``insecure``, loopback registries included.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
-import tarfile
+import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.images.mounts import convert_oci_whiteouts
-
 __all__ = [
-    "LOOPBACK_HOSTS",
     "ImageImportError",
     "ImageSource",
     "LayoutImage",
+    "LayoutLayer",
     "fetch",
     "parse_source",
     "read_layout",
-    "unpack_layer",
+    "skopeo_copy_argv",
 ]
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 _LAYOUT_TAG = "corral"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_MAX_JSON = 4 << 20  # index, manifest and config are small; a bigger one is hostile
 _SCHEMES = ("docker-archive", "oci", "registry")
 
 
@@ -59,21 +61,32 @@ class ImageSource:
     def registry_host(self) -> str:
         return self.ref.split("/", 1)[0] if self.kind == "registry" else ""
 
-    def skopeo_args(self) -> list[str]:
-        """The source half of a ``skopeo copy`` command line (transport and its flags)."""
+    def skopeo_args(self, authfile: Path | None = None) -> list[str]:
+        """The source half of a ``skopeo copy`` command line (transport and its flags);
+        ``authfile`` holds the credentials (see ``write_authfile``)."""
         if self.kind == "docker-archive":
             return [f"docker-archive:{self.ref}"]
         if self.kind == "oci":
             return [f"oci:{self.ref}"]
         args = []
-        host = self.registry_host.rsplit(":", 1)[0]
-        if self.insecure or host in LOOPBACK_HOSTS:
+        if self.insecure:
             args.append("--src-tls-verify=false")
-        if self.creds:
-            args.append(f"--src-creds={self.creds}")
+        if self.creds and authfile is not None:
+            args.append(f"--src-authfile={authfile}")
         else:
             args.append("--src-no-creds")
         return [*args, f"docker://{self.ref}"]
+
+    def write_authfile(self, directory: Path) -> Path:
+        """Write the credentials as a containers-auth.json (mode 0600) into the private dir
+        ``directory``; returns its path."""
+        user, _, password = (self.creds or "").partition(":")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        path = directory / "auth.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(fd, "w") as fh:
+            json.dump({"auths": {self.registry_host: {"auth": token}}}, fh)
+        return path
 
 
 def parse_source(text: str, *, creds: str | None = None, insecure: bool = False) -> ImageSource:
@@ -102,27 +115,43 @@ def parse_source(text: str, *, creds: str | None = None, insecure: bool = False)
 Log = Callable[[str], None]
 
 
-async def fetch(source: ImageSource, layout: Path, log: Log, *, timeout: float = 600.0) -> None:
-    """Copy ``source`` into a new OCI layout at ``layout`` with skopeo."""
-    argv = [
+def skopeo_copy_argv(source: ImageSource, layout: Path, authfile: Path | None = None) -> list[str]:
+    """The ``skopeo copy`` command that copies ``source`` into the OCI layout ``layout``."""
+    return [
         "skopeo",
         "--insecure-policy",
         "copy",
         "--quiet",
-        *source.skopeo_args(),
+        *source.skopeo_args(authfile),
         f"oci:{layout}:{_LAYOUT_TAG}",
     ]
-    shown = [a if not a.startswith("--src-creds=") else "--src-creds=***" for a in argv]
-    log("$ " + " ".join(shown))
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
+
+
+async def fetch(source: ImageSource, layout: Path, log: Log, *, timeout: float = 600.0) -> None:
+    """Copy ``source`` into a new OCI layout at ``layout`` with skopeo. Credentials go through
+    an auth file in a private temp dir beside ``layout``, removed when skopeo is done."""
+    private = None
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError as exc:
-        proc.kill()
-        await proc.wait()
-        raise ImageImportError(f"fetching {source}: skopeo took more than {timeout:.0f} s") from exc
+        authfile = None
+        if source.kind == "registry" and source.creds:
+            private = Path(tempfile.mkdtemp(prefix=".auth-", dir=layout.parent))
+            authfile = source.write_authfile(private)
+        argv = skopeo_copy_argv(source, layout, authfile)
+        log("$ " + " ".join(argv))
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError as exc:
+            proc.kill()
+            await proc.wait()
+            raise ImageImportError(
+                f"fetching {source}: skopeo took more than {timeout:.0f} s"
+            ) from exc
+    finally:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
     text = out.decode(errors="replace").strip()
     if proc.returncode != 0:
         detail = text.splitlines()[-1] if text else f"exit status {proc.returncode}"
@@ -132,71 +161,64 @@ async def fetch(source: ImageSource, layout: Path, log: Log, *, timeout: float =
 
 
 @dataclass(frozen=True)
+class LayoutLayer:
+    """One layer of a fetched image: its blob, the blob's digest (from the manifest) and its
+    diff id (the digest of the uncompressed tar, from the config); both are *claims* that
+    unpacking checks."""
+
+    blob: Path
+    digest: str
+    diff_id: str
+
+
+@dataclass(frozen=True)
 class LayoutImage:
-    """One image of an OCI layout: its config and its layers, bottom first, as
-    ``(blob path, diff id)`` with diff ids ``sha256:<hex>`` of the uncompressed tar."""
+    """One image of an OCI layout: its config and its layers, bottom first."""
 
     config: dict[str, Any]
-    layers: list[tuple[Path, str]]
+    layers: list[LayoutLayer]
+
+
+def _digest(value: object, what: str) -> str:
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise ImageImportError(f"reading the fetched image: {what} {value!r} is not a digest")
+    return value
 
 
 def _blob(layout: Path, digest: str) -> Path:
-    algo, _, hexdigest = digest.partition(":")
-    return layout / "blobs" / algo / hexdigest
+    return layout / "blobs" / "sha256" / digest[len("sha256:") :]
+
+
+def _read_json(path: Path) -> Any:
+    with open(path, "rb") as fh:
+        data = fh.read(_MAX_JSON + 1)
+    if len(data) > _MAX_JSON:
+        raise ImageImportError(f"reading the fetched image: {path.name} is over {_MAX_JSON} bytes")
+    return json.loads(data)
 
 
 def read_layout(layout: Path) -> LayoutImage:
     """Read the image skopeo wrote to ``layout`` (the one manifest of its index)."""
     try:
-        index = json.loads((layout / "index.json").read_text())
+        index = _read_json(layout / "index.json")
         manifests = index.get("manifests") or []
         if not manifests:
             raise ImageImportError("the OCI layout holds no image")
-        manifest = json.loads(_blob(layout, manifests[0]["digest"]).read_text())
-        config = json.loads(_blob(layout, manifest["config"]["digest"]).read_text())
-        diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
-        blobs = [_blob(layout, layer["digest"]) for layer in manifest.get("layers") or []]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        manifest = _read_json(_blob(layout, _digest(manifests[0]["digest"], "manifest")))
+        config_digest = _digest(manifest["config"]["digest"], "config")
+        config = _read_json(_blob(layout, config_digest))
+        diff_ids = [
+            _digest(d, "diff id") for d in (config.get("rootfs") or {}).get("diff_ids") or []
+        ]
+        digests = [_digest(layer["digest"], "layer") for layer in manifest.get("layers") or []]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ImageImportError(f"reading the fetched image: {exc}") from exc
-    if len(diff_ids) != len(blobs):
+    if len(diff_ids) != len(digests):
         raise ImageImportError(
-            f"the image config lists {len(diff_ids)} diff ids for {len(blobs)} layers"
+            f"the image config lists {len(diff_ids)} diff ids for {len(digests)} layers"
         )
-    return LayoutImage(
-        config=config.get("config") or {}, layers=list(zip(blobs, diff_ids, strict=True))
-    )
-
-
-def _inside(root: str, path: str) -> bool:
-    return path == root or path.startswith(root + os.sep)
-
-
-def _safe_filter(root: str) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo | None]:
-    def check(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-        name = member.name.lstrip("/")
-        member = member.replace(name=name, deep=False)
-        target = os.path.join(dest, name)
-        # The parent, with the archive's own symlinks followed, must stay inside the layer.
-        parent = os.path.realpath(os.path.dirname(target))
-        if not _inside(root, parent) or ".." in name.split("/"):
-            raise tarfile.OutsideDestinationError(member, target)
-        if member.islnk():
-            link = os.path.realpath(os.path.join(dest, member.linkname.lstrip("/")))
-            if not _inside(root, link):
-                raise tarfile.LinkOutsideDestinationError(member, link)
-        return member
-
-    return check
-
-
-def unpack_layer(blob: Path, dest: Path) -> None:
-    """Unpack one layer blob (tar, gzip, bzip2 or xz) into the new dir ``dest`` and turn its OCI
-    whiteouts into overlayfs ones. Blocking: call it in a thread."""
-    dest.mkdir(parents=True)
-    root = os.path.realpath(dest)
-    try:
-        with tarfile.open(blob, "r:*") as archive:
-            archive.extractall(dest, numeric_owner=True, filter=_safe_filter(root))
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise ImageImportError(f"unpacking layer {blob.name[:12]}: {exc}") from exc
-    convert_oci_whiteouts(dest)
+    layers = [
+        LayoutLayer(_blob(layout, d), d, diff_id)
+        for d, diff_id in zip(digests, diff_ids, strict=True)
+    ]
+    return LayoutImage(config=config.get("config") or {}, layers=layers)

@@ -80,7 +80,9 @@ class ImageStore:
             return existing
         if shutil.which("debootstrap") is None:
             raise ImageBuildError("building image 'base': debootstrap is not installed")
-        self.images_dir.mkdir(parents=True, exist_ok=True)
+        # 0700: the rootfs holds setuid binaries that only sandboxes may run.
+        self.images_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.images_dir.chmod(0o700)
         work = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=self.images_dir))
         try:
             mirror = debian_mirror()

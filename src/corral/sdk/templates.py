@@ -137,6 +137,8 @@ class _TemplateSpec:
         return self
 
     def set_insecure(self: Self, insecure: bool = True) -> Self:
+        """Allow a plain-HTTP or unverified-TLS registry for the pull (loopback ones too: TLS is
+        never skipped unasked)."""
         self._options["insecure"] = insecure
         return self
 

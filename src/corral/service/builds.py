@@ -48,7 +48,7 @@ from typing import Any
 from corral.config import Settings
 from corral.images.cas import PREBUILT, ContentStore, ImageConfig, ImageManifest, layer_digest
 from corral.images.mounts import mount_overlay, unmount
-from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout, unpack_layer
+from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout
 from corral.images.steps import BuildStep
 from corral.network.base import Network, Slot
 from corral.runtime.agent_client import AgentClient, AgentError
@@ -227,17 +227,16 @@ class TemplateBuilder:
             await fetch(source, layout, lambda _line: None)
             image = read_layout(layout)
             layers: list[str] = []
-            for i, (blob, diff_id) in enumerate(image.layers, 1):
-                if self.store.has_layer(diff_id):
+            for i, layer in enumerate(image.layers, 1):
+                diff_id = layer.diff_id
+                if self.store.has_verified_layer(diff_id):
                     await say(f"layer {i}/{len(image.layers)} {diff_id[7:19]}: already stored")
                 else:
-                    size = blob.stat().st_size / 2**20
+                    size = layer.blob.stat().st_size / 2**20
                     await say(
                         f"layer {i}/{len(image.layers)} {diff_id[7:19]}: unpacking {size:.1f} MiB"
                     )
-                    unpacked = work / f"layer-{i}"
-                    await asyncio.to_thread(unpack_layer, blob, unpacked)
-                    self.store.add_layer(diff_id, unpacked)
+                    await asyncio.to_thread(self.store.import_layer, layer)
                 layers.append(diff_id)
         except ImageImportError as exc:
             raise BuildFailed(str(exc)) from exc
