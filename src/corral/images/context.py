@@ -165,7 +165,7 @@ def extract_tar(archive: Path, dest: Path, limits: ContextLimits) -> int:
                         _write(path, src, member.mode, budget)
                     files.add(rel)
                 else:
-                    kind = "device" if member.isdev() else "fifo" if member.isfifo() else "special"
+                    kind = "fifo" if member.isfifo() else "device" if member.isdev() else "special"
                     raise ContextError(
                         f"archive member {rel!r} is a {kind} file; only files, dirs and links "
                         "are allowed"

@@ -73,6 +73,13 @@ def _check_name(name: str) -> str:
     return canonical_name(name)
 
 
+def _named_uploads(request: BuildRequest) -> builtins.list[str]:
+    named = [request.context] if request.context else []
+    if request.base and request.base.startswith(_UPLOAD):
+        named.append(request.base[len(_UPLOAD) :].partition(":")[0])
+    return named
+
+
 class BuildRequest:
     """What a user asks to build (the API body, already parsed)."""
 
@@ -459,7 +466,11 @@ class TemplateService:
         fit."""
         from corral.service.builds import BuildHandle, BuildPlan, TemplateBuilder
 
-        plan = self.plan(request)
+        try:
+            plan = self.plan(request)
+        except BaseException:
+            self.uploads.discard(_named_uploads(request))
+            raise
         assert isinstance(plan, BuildPlan)
         builder = self.builder
         if not isinstance(builder, TemplateBuilder):
@@ -467,12 +478,14 @@ class TemplateService:
         name = plan.template.name
         running = self._building.get(name)
         if running is not None:
+            self.uploads.discard(plan.uploads)
             raise StateConflict(f"template {name!r} is already being built")
         self._building[name] = plan  # taken while admission waits
         try:
             await builder.admit(plan)
         except BaseException:
             self._building.pop(name, None)
+            self.uploads.discard(plan.uploads)
             raise
         try:
             for upload_id in plan.uploads:

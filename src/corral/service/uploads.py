@@ -8,7 +8,8 @@ file itself). The body is streamed to a private dir under ``<data>/uploads``, bo
 (``images/context.py``) and the tar is dropped. The answer is a generated id.
 
 A build names an upload (``context: ID``, ``base: upload:ID[:TAG]``) and takes it over: the
-upload leaves the pending set and is removed with the build. An upload serves one build. Pending
+upload leaves the pending set and is removed with the build. An upload serves one build request:
+a refused request removes the uploads it named too. Pending
 uploads expire after ``build_upload_ttl_seconds``; at most ``build_uploads_pending`` are kept
 (receiving ones included). All are removed when the daemon starts.
 """
@@ -142,6 +143,13 @@ class UploadService:
                 f"upload {upload_id!r} is a {upload.kind} upload; expected {' or '.join(kinds)}"
             )
         return upload
+
+    def discard(self, upload_ids: list[str]) -> None:
+        """Remove pending uploads (those of a build request that was refused)."""
+        for upload_id in upload_ids:
+            upload = self._pending.pop(upload_id, None)
+            if upload is not None:
+                shutil.rmtree(upload.dir, ignore_errors=True)
 
     def claim(self, upload_id: str) -> Upload:
         """Take ``upload_id`` out of the pending set; the caller removes ``upload.dir``."""
