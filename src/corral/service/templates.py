@@ -477,6 +477,12 @@ class TemplateService:
             raise StateConflict("this workspace cannot build templates (no builder wired)")
         name = plan.template.name
         running = self._building.get(name)
+        task = getattr(running, "task", None)
+        if getattr(running, "finished", False) and task is not None:
+            # It has reported its end and is cleaning up: that is not worth a refusal.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(task)
+            running = self._building.get(name)
         if running is not None:
             self.uploads.discard(plan.uploads)
             raise StateConflict(f"template {name!r} is already being built")
