@@ -427,6 +427,7 @@ def test_cli_uploads_dockerfile_dir_copies_and_archive_from_another_cwd(
             lines = out.stdout.decode().splitlines()
             assert lines[:2] == ["from main", "an extra file"]
             assert "Dockerfile" in lines and "app" in lines and "debug.log" not in lines
+            assert ".corral-copy" not in lines  # where the CLI put --copy sources
         finally:
             daemon.cli("kill", sandbox)
         assert archived.returncode == 0, archived.stderr.decode()

@@ -3,9 +3,10 @@
 Sources are read only from the build's context, a private dir the daemon unpacked from the
 client's upload (``service/uploads.py``); a source is resolved inside it (``..`` that climbs out
 and symlinks that lead out are refused, ``images/context.py``), files are opened without
-following symlinks, and symlinks inside copied dirs are skipped. Targets are written through the
-sandbox's agent, so the sandbox resolves them (a symlink in the image cannot point a write at the
-host).
+following symlinks, and symlinks inside copied dirs are skipped. ``.corral-copy`` at the
+context's root is where the CLI and the SDK put ``--copy``/``copy()`` sources: a COPY of the
+whole context skips it. Targets are written through the sandbox's agent, so the sandbox resolves
+them (a symlink in the image cannot point a write at the host).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from corral.runtime.agent_client import AgentClient
 __all__ = ["CopyFailed", "copy_sources"]
 
 _CHUNK = 1 << 20
+CLIENT_COPY_DIR = ".corral-copy"
 
 
 class CopyFailed(Exception):
@@ -102,8 +104,11 @@ async def copy_sources(
         if value.get("extract") and src.is_file() and tarfile.is_tarfile(src):
             copied += await _put_tar(client, src, dst)
         elif src.is_dir():
-            for dirpath, _dirs, files in os.walk(src):
+            whole = context is not None and src == Path(os.path.realpath(context))
+            for dirpath, dirs, files in os.walk(src):
                 rel = os.path.relpath(dirpath, src)
+                if whole and rel == ".":
+                    dirs[:] = [d for d in dirs if d != CLIENT_COPY_DIR]
                 target_dir = os.path.normpath(os.path.join(dst, rel))
                 await client.mkdir(target_dir, parents=True)
                 for file in sorted(files):
