@@ -353,6 +353,7 @@ class TemplateBuilder:
             layers = list(base.layers)
             if sandbox is not None:
                 await sandbox.close()
+                self.release(plan)  # its capacity is free again (a warmup admits its own)
                 # The new layer is read only once its overlay is really gone (not lazily).
                 await asyncio.to_thread(partial(unmount, merged, busy_wait=5.0, lazy=False))
                 mounted = False

@@ -37,6 +37,7 @@ from corral.config import Settings
 from corral.images import ImageStore
 from corral.images.cas import ContentStore
 from corral.images.context import ContextError, resolve_import
+from corral.images.mounts import MountError, unmount
 from corral.images.oci import ImageSource, parse_source
 from corral.images.steps import BuildStep, DockerfileError, parse_dockerfile
 from corral.service.errors import CapacityExceeded, InvalidRequest, NotFound, StateConflict
@@ -159,6 +160,12 @@ class TemplateService:
     def sync(self) -> None:
         """Open the store (clearing interrupted work) and register every prebuilt image as a
         template of the same name if none exists yet."""
+        # A build the previous daemon was running when it died may have left its root view and
+        # its disk mounted: detach them before the store clears its work dirs.
+        for leftover in self.store.tmp_dir.glob(".build-*"):
+            for mount in (leftover / "root", leftover / "disk"):
+                with contextlib.suppress(MountError):
+                    unmount(mount)
         self.store.open()
         self.uploads.start()
         for name in self._images.names():
