@@ -1,15 +1,15 @@
 """Template builds: import a base image, run build steps in a real sandbox, commit one new layer.
 
-A build is a background task that reports build events (below) to a ``BuildHandle``; the API
-streams them and every event is also appended to the build's log (NDJSON, one file per template
-name, kept after the build for ``corral template logs``).
+A build is a background task that reports build events (below) to a ``BuildHandle``
+(``build_log.py``); the API streams them and every event is also appended to the build's log
+(NDJSON, one file per template name, kept after the build for ``corral template logs``).
 
 Filesystem steps (RUN, COPY, WORKDIR) run in one *build sandbox*: a gVisor sandbox whose root is a
 host overlayfs mount (lower: the base image's layers, upper: the new layer) with
 ``SandboxSpec.writable_root`` set, so its writes land in the upper dir. RUN steps are exec'd by the
-in-sandbox agent; COPY streams host files through the agent's file API (the sandbox resolves the
-paths, so a symlink in the image cannot point a copy at the host). The sandbox's network slot
-only links it to the daemon: RUN steps run offline.
+in-sandbox agent; COPY streams the uploaded context's files through the agent's file API (the
+sandbox resolves the paths, so a symlink in the image cannot point a copy at the host). The
+sandbox's network slot only links it to the daemon: RUN steps run offline.
 
 The host boundary: a build reads no host path a caller names. COPY sources come from the build
 context the client uploaded (``service/uploads.py``, ``service/build_copy.py``), image archives
