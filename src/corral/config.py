@@ -62,6 +62,21 @@ class Settings(BaseSettings):
     max_ttl_seconds: int = 7 * 24 * 3600
     default_pids: int = 4096
 
+    # Template builds. The daemon reads no host path for a build, except docker-archive:/oci:
+    # paths inside ``import_dir`` (an admin's choice; unset: none). Contexts and image archives
+    # are uploaded, each bounded by ``build_upload_max_mib`` (packed and unpacked) and
+    # ``build_upload_max_files`` members; at most ``build_uploads_pending`` wait for their build.
+    import_dir: Path | None = None
+    build_upload_max_mib: int = Field(default=2048, ge=1)
+    build_upload_max_files: int = Field(default=100_000, ge=1)
+    build_uploads_pending: int = Field(default=16, ge=1)
+    build_upload_ttl_seconds: float = Field(default=3600.0, gt=0)
+    # A build sandbox's disk (its new layer; ENOSPC past it), a step's time limit (a build may
+    # ask for another) and the output kept in a build's log.
+    build_disk_mib: int = Field(default=4096, ge=8)
+    build_step_timeout: float = Field(default=1800.0, gt=0)
+    build_log_max_kib: int = Field(default=2048, ge=1)
+
     # Runtime and network.
     runsc: str = "runsc"
     runsc_platform: str = "systrap"

@@ -1,5 +1,7 @@
 """Templates as a user builds and uses them: every image source, build steps, tags, ceilings,
 removal, and each way a build fails (which must name the cause and leave no template behind).
+Local paths (Dockerfile dirs, --copy sources, image archives) reach the daemon only as uploads;
+builds are admitted against capacity, disk-limited, timed per step and keep a capped log.
 
 The images are made offline by the test (``images.py``); the registry is Debian's
 ``docker-registry`` started on a free loopback port with its own storage dir and stopped by pid.
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Daemon, free_port
+from .conftest import CORRAL, Daemon, free_port
 from .images import write_docker_archive, write_oci_layout
 
 pytestmark = pytest.mark.e2e
@@ -106,6 +108,17 @@ def push(images: dict[str, Path], target: str, *creds: str) -> None:
 
 def create(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[bytes]:
     return daemon.cli("template", "create", *args, timeout=300)
+
+
+def create_in(daemon: Daemon, cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """`corral template create` run from `cwd` (relative paths are the client's own)."""
+    return subprocess.run(
+        [CORRAL, "template", "create", *args],
+        capture_output=True,
+        env=daemon.env,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def new(daemon: Daemon, *args: str) -> str:
@@ -327,8 +340,26 @@ def test_registry_pull_anonymous(daemon: Daemon, images: dict[str, Path], regist
         (["--from", "docker-archive:{bad}"], b"fetching docker-archive:"),
         (["--from", "nosuchtemplate"], b"template 'nosuchtemplate' not found"),
         (["--dockerfile", "{dockerfile}"], b"Dockerfile line 2: EXPOSE is not supported"),
+        (
+            ["--run", "sleep 120", "--step-timeout", "2"],
+            b"step 1/1 (RUN sleep 120) took longer than the step timeout of 2 s",
+        ),
+        (
+            ["--build-disk", "64", "--run", "dd if=/dev/zero of=/big bs=1M count=200"],
+            b"No space left on device",
+        ),
+        (["--from", "docker-archive:/nonexistent/x.tar"], b"reads no host path for a build"),
     ],
-    ids=["failing-run", "unreachable-registry", "bad-archive", "missing-template", "dockerfile"],
+    ids=[
+        "failing-run",
+        "unreachable-registry",
+        "bad-archive",
+        "missing-template",
+        "dockerfile",
+        "step-timeout",
+        "build-disk-full",
+        "host-path",
+    ],
 )
 def test_failed_builds_name_the_cause_and_leave_nothing(
     daemon: Daemon, images: dict[str, Path], args: list[str], expected: bytes
@@ -342,7 +373,7 @@ def test_failed_builds_name_the_cause_and_leave_nothing(
     assert failed.returncode == 1
     assert expected in failed.stderr, failed.stderr.decode()
     assert "broken" not in template_names(daemon)
-    if args[0] == "--run":
+    if "exit 3" in args[-1]:
         assert b"exit code 3" in failed.stderr
         assert b"oops" in failed.stderr  # the step's own stderr was streamed
         logs = daemon.cli("template", "logs", "broken")
@@ -373,13 +404,19 @@ def test_registry_pull_with_credentials(
 def test_sdk_template_builder(daemon: Daemon, images: dict[str, Path]) -> None:
     from corral import BuildError, Client, Sandbox, Template
 
+    local = images["root"] / "sdk-files"
+    (local / "conf").mkdir(parents=True)
+    (local / "conf" / "app.ini").write_text("[app]\n")
+    (local / "note.txt").write_text("a note\n")
     with Client(daemon.url, daemon.key) as client:
         spec = (
             Template()
             .from_image(f"docker-archive:{images['archive']}")
             .set_envs({"GREETING": "hey"})
             .set_workdir("/srv")
-            .run_cmd("echo $GREETING > greeting")
+            .copy(local / "conf", "/srv/conf")
+            .copy(local / "note.txt", "/srv/")
+            .run_cmd("echo $GREETING > greeting; cat conf/app.ini note.txt >> greeting")
         )
         seen: list[str] = []
         info = Template.build(spec, "bsdk", client=client, on_log=lambda e: seen.append(e.type))
@@ -388,7 +425,7 @@ def test_sdk_template_builder(daemon: Daemon, images: dict[str, Path]) -> None:
             assert seen[0] == "start" and seen[-1] == "done" and "output" in seen
             assert "bsdk" in [t.name for t in client.templates()]
             with Sandbox.create(template="bsdk", url=daemon.url, api_key=daemon.key) as sbx:
-                assert sbx.exec(["cat", "greeting"]).stdout == "hey\n"
+                assert sbx.exec(["cat", "greeting"]).stdout == "hey\n[app]\na note\n"
             with pytest.raises(BuildError) as failed:
                 Template.build(
                     Template().from_image("bsdk").run_cmd("exit 7"), "bsdk2", client=client
@@ -396,3 +433,97 @@ def test_sdk_template_builder(daemon: Daemon, images: dict[str, Path]) -> None:
             assert failed.value.step == 1 and failed.value.exit_code == 7
         finally:
             remove(daemon, "bsdk")
+
+
+def test_cli_uploads_dockerfile_dir_copies_and_archive_from_another_cwd(
+    daemon: Daemon, images: dict[str, Path]
+) -> None:
+    root = images["root"] / "client"
+    project = root / "proj"
+    (project / "app").mkdir(parents=True)
+    (project / "app" / "main.sh").write_text("echo from main\n")
+    (project / "debug.log").write_text("left out by .dockerignore\n")
+    (project / ".dockerignore").write_text("*.log\n")
+    (project / "Dockerfile").write_text(
+        "FROM base\nWORKDIR /app\nCOPY app/ ./\nCOPY . /ctx/\nRUN sh main.sh > out.txt\n"
+    )
+    (root / "extra.txt").write_text("an extra file\n")
+    shutil.copy(images["archive"], root / "busybox.tar")
+    elsewhere = images["root"] / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    made = create_in(
+        daemon,
+        elsewhere,
+        "dctx",
+        "--dockerfile",
+        "../client/proj/Dockerfile",
+        "--copy",
+        "../client/extra.txt:/opt/extra.txt",
+    )
+    archived = create_in(daemon, root, "darch", "--from", "docker-archive:./busybox.tar")
+    try:
+        assert made.returncode == 0, made.stderr.decode()
+        sandbox = new(daemon, "--template", "dctx")
+        try:
+            out = run(daemon, sandbox, "sh", "-c", "cat out.txt /opt/extra.txt; ls -a /ctx")
+            assert out.returncode == 0, out.stderr.decode()
+            lines = out.stdout.decode().splitlines()
+            assert lines[:2] == ["from main", "an extra file"]
+            assert "Dockerfile" in lines and "app" in lines and "debug.log" not in lines
+            assert ".corral-copy" not in lines  # where the CLI put --copy sources
+        finally:
+            daemon.cli("kill", sandbox)
+        assert archived.returncode == 0, archived.stderr.decode()
+        info = json.loads(daemon.cli("template", "info", "darch", "--json").stdout)
+        assert info["source"] == "docker-archive:busybox.tar (uploaded)"
+        sandbox = new(daemon, "--template", "darch")
+        try:
+            assert run(daemon, sandbox, "ls", "/bin/busybox").stdout == b"/bin/busybox\n"
+        finally:
+            daemon.cli("kill", sandbox)
+        uploads = daemon.data_dir / "uploads"
+        assert list(uploads.iterdir()) == []  # each build removed the uploads it took
+    finally:
+        remove(daemon, "dctx", "darch")
+
+
+def test_build_over_capacity_is_refused_and_releases_its_reservation(daemon: Daemon) -> None:
+    # The test daemon has 12288 MiB: leave less than a build sandbox's 1024 MiB free.
+    fillers = [new(daemon, "--memory", "8192"), new(daemon, "--memory", "3584")]
+    try:
+        refused = create(daemon, "bfull", "--run", "true")
+        assert refused.returncode == 1
+        message = refused.stderr.decode()
+        assert "the build sandbox of template 'bfull' does not fit" in message, message
+        assert "not enough free memory in the workspace: asked for 1024 MiB" in message
+        assert "bfull" not in template_names(daemon)
+    finally:
+        for sandbox in fillers:
+            daemon.cli("kill", sandbox)
+    made = create(daemon, "bfull", "--run", "true")
+    try:
+        assert made.returncode == 0, made.stderr.decode()
+        with daemon.client() as client:
+            capacity = client.get("/v1/capacity").json()
+        assert capacity["memory"]["reserved"] == 0, capacity  # the build's hold is gone
+    finally:
+        remove(daemon, "bfull")
+
+
+def test_a_build_flooding_its_log_keeps_a_capped_log(daemon: Daemon) -> None:
+    flood = "head -c 6000000 /dev/zero | tr '\\0' x; echo; echo flood-done"
+    made = create(daemon, "bflood", "--run", flood, "--quiet")
+    try:
+        assert made.returncode == 0, made.stderr.decode()
+        log_file = daemon.data_dir / "build-logs" / "bflood.ndjson"
+        assert log_file.stat().st_size < 3 * 1024 * 1024  # the cap is 2 MiB of output
+        logs = daemon.cli("template", "logs", "bflood")
+        assert logs.returncode == 0, logs.stderr.decode()
+        text = logs.stdout.decode()
+        assert "over the log cap of 2097152 bytes; further output is dropped" in text
+        dropped = [line for line in text.splitlines() if "[corral: dropped" in line]
+        assert len(dropped) == 1 and "past the log cap of 2097152 bytes" in dropped[0]
+        assert int(dropped[0].split()[2]) >= 6000000 - 2097152
+        assert "built bflood" in text
+    finally:
+        remove(daemon, "bflood")

@@ -205,9 +205,10 @@ class BuildStep(BaseModel):
 
 
 class TemplateBuild(BaseModel):
-    """Build a template. ``base`` is a template name or an image source (``docker-archive:PATH``,
-    ``oci:PATH[:TAG]``, ``registry:HOST/NAME[:TAG]``; paths on the daemon's host). Answers an
-    NDJSON stream of build events (docs/api.md)."""
+    """Build a template. ``base`` is a template name, an uploaded image (``upload:ID``, with
+    ``:TAG`` for an OCI layout), ``registry:HOST/NAME[:TAG]``, or ``docker-archive:PATH`` /
+    ``oci:PATH[:TAG]`` for paths inside the daemon's import dir only. COPY sources are read from
+    the uploaded ``context``. Answers an NDJSON stream of build events (docs/api.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -215,7 +216,12 @@ class TemplateBuild(BaseModel):
     base: str | None = Field(default=None, description="default: the Dockerfile's FROM, or base")
     steps: list[BuildStep] = Field(default_factory=list)
     dockerfile: str | None = Field(default=None, description="Dockerfile text (its steps first)")
-    context_dir: str | None = Field(default=None, description="absolute host dir for COPY")
+    context: str | None = Field(
+        default=None, description="id of a context upload (POST /v1/templates/uploads)"
+    )
+    context_dir: str | None = Field(
+        default=None, description="refused: the daemon reads no host path; upload the context"
+    )
     build_args: dict[str, str] = Field(default_factory=dict)
     creds: str | None = Field(default=None, description="registry USER:PASS (never stored)")
     insecure: bool = Field(
@@ -232,6 +238,21 @@ class TemplateBuild(BaseModel):
     warm: bool = False
     pool: int = Field(default=0, ge=0)
     tags: list[str] = Field(default_factory=list, description="more names for the result")
+    step_timeout: float | None = Field(
+        default=None, gt=0, description="seconds a step may take (default: the daemon's)"
+    )
+    build_disk_mib: int | None = Field(
+        default=None, gt=0, description="disk of the build sandbox (default: the daemon's)"
+    )
+
+
+class Upload(BaseModel):
+    """A received upload, to be named by one build (``context`` or ``base: upload:ID``)."""
+
+    id: str
+    kind: Literal["context", "docker-archive", "oci"]
+    size: int = Field(description="bytes received")
+    members: int = Field(description="archive members unpacked (0 for docker-archive)")
 
 
 class TemplateList(BaseModel):

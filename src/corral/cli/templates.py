@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -14,18 +13,6 @@ from corral.sdk.templates import BuildEvent, Template
 __all__ = ["templates_app"]
 
 templates_app = typer.Typer(help="Build and manage templates.", no_args_is_help=True)
-
-_SOURCE_PATHS = ("docker-archive:", "oci:")
-
-
-def _absolute_source(source: str | None) -> str | None:
-    """Paths in docker-archive:/oci: sources are read by the daemon: make them absolute here."""
-    if source is None:
-        return None
-    for scheme in _SOURCE_PATHS:
-        if source.startswith(scheme):
-            return scheme + os.path.abspath(source[len(scheme) :])
-    return source
 
 
 def _show(event: BuildEvent) -> None:
@@ -47,14 +34,19 @@ def create_template(
     source: str | None = typer.Option(
         None,
         "--from",
-        help="A template, docker-archive:PATH, oci:PATH[:TAG] or registry:HOST/NAME:TAG.",
+        help="A template, docker-archive:PATH, oci:PATH[:TAG] (local paths, uploaded) or "
+        "registry:HOST/NAME:TAG.",
     ),
     run: list[str] = typer.Option([], "--run", help="Command to run (repeatable)."),
     env: list[str] = typer.Option([], "--env", help="K=V baked into the template (repeatable)."),
     workdir: str | None = typer.Option(None, "--workdir", help="Default working directory."),
     user: str | None = typer.Option(None, "--user", help="Default user."),
-    copy: list[str] = typer.Option([], "--copy", help="SRC:DST host file or dir (repeatable)."),
-    dockerfile: Path | None = typer.Option(None, "--dockerfile", help="Build this Dockerfile."),
+    copy: list[str] = typer.Option(
+        [], "--copy", help="SRC:DST local file or dir, uploaded (repeatable)."
+    ),
+    dockerfile: Path | None = typer.Option(
+        None, "--dockerfile", help="Build this Dockerfile (its dir is the uploaded context)."
+    ),
     build_arg: list[str] = typer.Option([], "--build-arg", help="ARG value K=V (repeatable)."),
     start: str | None = typer.Option(None, "--start", help="Start command of every sandbox."),
     creds: str | None = typer.Option(None, "--creds", help="Registry USER:PASS."),
@@ -73,6 +65,12 @@ def create_template(
     warmup: str | None = typer.Option(None, "--warmup", help="Command run once after start."),
     warm: bool = typer.Option(False, "--warm", help="Keep a memory checkpoint after warmup."),
     pool: int = typer.Option(0, "--pool", help="Ready sandboxes to keep."),
+    step_timeout: float | None = typer.Option(
+        None, "--step-timeout", help="Seconds a build step may take (default: the daemon's)."
+    ),
+    build_disk: int | None = typer.Option(
+        None, "--build-disk", help="Disk of the build sandbox in MiB (default: the daemon's)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the result."),
     as_json: bool = typer.Option(False, "--json", help="Print the template as JSON."),
 ) -> None:
@@ -80,12 +78,13 @@ def create_template(
 
     Steps run in this order: --copy, --env, --workdir, --run (in the order given, as root),
     then --user (the default user of the template's sandboxes). A --dockerfile's steps come
-    first, in its own order."""
+    first, in its own order. Local paths (the Dockerfile's dir, --copy sources, --from
+    docker-archive:PATH / oci:PATH) are packed and uploaded: the daemon reads none of its own."""
     spec = Template()
     if dockerfile is not None:
         spec.from_dockerfile(dockerfile)
     if source is not None:
-        spec.from_image(_absolute_source(source) or source)
+        spec.from_image(source)
     if start is not None:
         spec.set_start_cmd(start)
     if insecure:
@@ -121,6 +120,8 @@ def create_template(
         warmup=warmup,
         warm=warm,
         pool=pool or None,
+        step_timeout=step_timeout,
+        build_disk_mib=build_disk,
     )
     if as_json:
         print_json(made.to_dict())

@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 from typing_extensions import Unpack
 
-from corral.sdk._http import DEFAULT_TIMEOUT, HTTPSession
+from corral.sdk._http import DEFAULT_TIMEOUT, HTTPSession, encode_query
 from corral.sdk._transfer import Destination, Source, download, upload
 from corral.sdk.config import resolve_api_key, resolve_url
 from corral.sdk.models import (
@@ -86,6 +86,13 @@ class AsyncClient:
     async def delete_template(self, name: str) -> None:
         """Remove a template (one tag); refused while sandboxes or snapshots use it."""
         await self.session.json("DELETE", f"/v1/templates/{name}")
+
+    async def upload_build_input(self, kind: str, source: Source, name: str | None = None) -> str:
+        """Upload what a build reads (`kind`: context or oci, a tar; docker-archive, the archive
+        file), streamed; returns the upload's id, for one build (`context` / `base: upload:ID`)."""
+        query = encode_query({"kind": kind, "name": name})
+        answer = await upload(self.session, f"/v1/templates/uploads?{query}", source)
+        return str(answer["id"])
 
     async def build_events(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """`POST /v1/templates`: the build's events as they come (see `corral.sdk.templates`)."""

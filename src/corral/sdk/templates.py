@@ -8,8 +8,15 @@
         .run_cmd("pip install requests")
         .set_envs({"A": "1"})
         .set_workdir("/app")
+        .copy("./src", "/app/src")  # a local path: packed and uploaded with the build
     )
     info = Template.build(t, name="py", on_log=lambda e: print(e.text, end=""))
+
+The daemon reads no path of its host for a build: the builder packs the build context (a
+Dockerfile's dir, less its `.dockerignore`, and every `copy()` source) into a tar and uploads it,
+and uploads a local `docker-archive:PATH` file or `oci:PATH[:TAG]` dir given to `from_image`
+(relative paths are relative to the current dir). A `docker-archive:`/`oci:` path that does not
+exist here is sent as it is: the daemon takes it only from inside its admin's import dir.
 
 `AsyncTemplate` is the same builder with an async `build`. A build streams `BuildEvent`s; a failed
 build raises `BuildError`, whose message names the failing step and its exit code.
@@ -23,6 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio.to_thread
+
+from corral.sdk._build_context import COPY_DIR, pack
 from corral.sdk.client import AsyncClient
 from corral.sdk.errors import CorralError
 from corral.sdk.models import TemplateInfo
@@ -79,11 +89,13 @@ class _TemplateSpec:
         self._base: str | None = None
         self._steps: list[dict[str, Any]] = []
         self._dockerfile: str | None = None
-        self._context: str | None = None
+        self._context: Path | None = None
+        self._copies: list[tuple[Path, str]] = []
         self._options: dict[str, Any] = {}
 
     def from_image(self: Self, image: str) -> Self:
-        """Start from a template name or an image source (docker-archive:, oci:, registry:)."""
+        """Start from a template name or an image source (docker-archive:PATH, oci:PATH[:TAG]
+        — local paths, uploaded by `build` — or registry:HOST/NAME:TAG)."""
         self._base = image
         return self
 
@@ -99,14 +111,16 @@ class _TemplateSpec:
         return self
 
     def from_dockerfile(self: Self, path: str | Path) -> Self:
-        """Take FROM and the steps of a Dockerfile; COPY sources are relative to its dir."""
+        """Take FROM and the steps of a Dockerfile; COPY sources are relative to its dir (the
+        build context, uploaded by `build`)."""
         dockerfile = Path(path).resolve()
         self._dockerfile = dockerfile.read_text()
-        self._context = self._context or str(dockerfile.parent)
+        self._context = self._context or dockerfile.parent
         return self
 
     def set_context(self: Self, directory: str | Path) -> Self:
-        self._context = str(Path(directory).resolve())
+        """Use `directory` (a local dir, uploaded by `build`) as the build context."""
+        self._context = Path(directory).resolve()
         return self
 
     def run_cmd(self: Self, command: str | Iterable[str]) -> Self:
@@ -127,8 +141,11 @@ class _TemplateSpec:
         return self
 
     def copy(self: Self, src: str | Path, dst: str) -> Self:
-        """Copy a host file or dir (read by the daemon on its host) to `dst` in the image."""
-        self._steps.append({"kind": "copy", "value": {"src": [os.path.abspath(src)], "dst": dst}})
+        """Copy a local file or dir to `dst` in the image (packed into the uploaded context)."""
+        local = Path(os.path.abspath(src))
+        arcname = f"{COPY_DIR}/{len(self._copies)}/{local.name or 'root'}"
+        self._copies.append((local, arcname))
+        self._steps.append({"kind": "copy", "value": {"src": [arcname], "dst": dst}})
         return self
 
     def set_start_cmd(self: Self, command: str | Iterable[str]) -> Self:
@@ -149,8 +166,6 @@ class _TemplateSpec:
             body["base"] = self._base
         if self._dockerfile is not None:
             body["dockerfile"] = self._dockerfile
-        if self._context is not None:
-            body["context_dir"] = self._context
         body.update({k: v for k, v in options.items() if v is not None and v is not False})
         return body
 
@@ -163,7 +178,9 @@ class _TemplateSpec:
         **options: Any,
     ) -> TemplateInfo:
         """Build on `client`, calling `on_log` with every event; raises `BuildError`."""
-        async for raw in client.build_events(self.body(name, **options)):
+        body = self.body(name, **options)
+        body.update(await self._upload(client, name))
+        async for raw in client.build_events(body):
             event = BuildEvent.from_wire(raw)
             if on_log is not None:
                 on_log(event)
@@ -176,6 +193,41 @@ class _TemplateSpec:
                     exit_code=raw.get("exit_code"),
                 )
         raise BuildError(f"the build of {name!r} ended without a result (daemon restarted?)")
+
+    async def _upload(self, client: AsyncClient, name: str) -> dict[str, Any]:
+        """Upload the build context and a local image source; the body fields that name them."""
+        fields: dict[str, Any] = {}
+        if self._context is not None or self._copies:
+            tar = await anyio.to_thread.run_sync(pack, self._context, list(self._copies))
+            with tar:
+                label = f"{name}-context.tar"
+                fields["context"] = await client.upload_build_input("context", tar, label)
+        local = _local_image(self._base)
+        if local is not None:
+            kind, path, tag = local
+            if kind == "docker-archive":
+                upload_id = await client.upload_build_input(kind, path, path.name)
+            else:
+                tar = await anyio.to_thread.run_sync(pack, path)
+                with tar:
+                    upload_id = await client.upload_build_input(kind, tar, path.name)
+            fields["base"] = f"upload:{upload_id}" + (f":{tag}" if tag else "")
+        return fields
+
+
+def _local_image(base: str | None) -> tuple[str, Path, str] | None:
+    """(kind, path, tag) of a `docker-archive:`/`oci:` source that names a path on this machine;
+    None for anything else (a path that is not here is left to the daemon's import dir)."""
+    for kind in ("docker-archive", "oci"):
+        if base is None or not base.startswith(kind + ":"):
+            continue
+        ref = base[len(kind) + 1 :]
+        path, tag = ref, ""
+        if kind == "oci" and not os.path.exists(ref) and ":" in ref:
+            path, tag = ref.rsplit(":", 1)
+        if os.path.exists(path):
+            return kind, Path(path).resolve(), tag
+    return None
 
 
 class AsyncTemplate(_TemplateSpec):

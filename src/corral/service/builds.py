@@ -1,15 +1,25 @@
 """Template builds: import a base image, run build steps in a real sandbox, commit one new layer.
 
-A build is a background task that reports build events (below) to a ``BuildHandle``; the API
-streams them and every event is also appended to the build's log (NDJSON, one file per template
-name, kept after the build for ``corral template logs``).
+A build is a background task that reports build events (below) to a ``BuildHandle``
+(``build_log.py``); the API streams them and every event is also appended to the build's log
+(NDJSON, one file per template name, kept after the build for ``corral template logs``).
 
 Filesystem steps (RUN, COPY, WORKDIR) run in one *build sandbox*: a gVisor sandbox whose root is a
 host overlayfs mount (lower: the base image's layers, upper: the new layer) with
 ``SandboxSpec.writable_root`` set, so its writes land in the upper dir. RUN steps are exec'd by the
-in-sandbox agent; COPY streams host files through the agent's file API (the sandbox resolves the
-paths, so a symlink in the image cannot point a copy at the host). The sandbox's network slot
-only links it to the daemon: RUN steps run offline.
+in-sandbox agent; COPY streams the uploaded context's files through the agent's file API (the
+sandbox resolves the paths, so a symlink in the image cannot point a copy at the host). The
+sandbox's network slot only links it to the daemon: RUN steps run offline.
+
+The host boundary: a build reads no host path a caller names. COPY sources come from the build
+context the client uploaded (``service/uploads.py``, ``service/build_copy.py``), image archives
+from an upload or the admin's import dir (``service/templates.py`` decides, before the build).
+
+Bounds: the build sandbox is admitted against the workspace's capacity like any sandbox (a
+reservation held from ``start_build`` to the build's end, ``hold``/``unhold``); its new layer is
+written to a size-limited ext4 disk (``runtime/disk.py``; a write past it fails with ENOSPC in
+the sandbox) and copied into the store at the end; each step has a time limit; the output kept
+(in memory and in the log) is capped, with a marker saying how much was dropped.
 
 Atomicity: the new layer, the image manifest and the template records appear only at the end
 (rename, then one DB transaction); a failed or cancelled build removes its work dir, sandbox and
@@ -31,15 +41,13 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import secrets
 import shutil
 import string
-import tarfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -53,13 +61,16 @@ from corral.images.steps import BuildStep
 from corral.network.base import Network, Slot
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import AgentMount, Resources, Runtime, SandboxSpec
+from corral.runtime.disk import DiskError, create_disk, remove_disk
+from corral.runtime.host_commands import CommandError, run_command
+from corral.service.build_copy import CopyFailed, copy_sources
+from corral.service.build_log import BuildHandle
 from corral.storage import TemplateRecord
 
 __all__ = ["BuildFailed", "BuildHandle", "BuildPlan", "TemplateBuilder"]
 
 log = logging.getLogger("corral.builds")
 
-Event = dict[str, Any]
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 _AGENT_DIR = ".corral"  # the agent's mount points, made in the root by runsc; not image content
 
@@ -83,56 +94,38 @@ class BuildPlan:
     steps: list[BuildStep]
     base: TemplateRecord | None = None
     source: ImageSource | None = None
-    context_dir: Path | None = None
+    source_label: str | None = None
+    context: Path | None = None
     tags: list[str] = field(default_factory=list)
     build_args: dict[str, str] = field(default_factory=dict)
+    resources: Resources | None = None
+    step_timeout: float = 1800.0
+    uploads: list[str] = field(default_factory=list)
+    """Ids of the uploads the build reads; ``start_build`` takes them over into ``owned``."""
+    owned: list[Path] = field(default_factory=list)
+    """Private dirs the build took over (its uploads); removed when it ends."""
 
+    @property
+    def needs_sandbox(self) -> bool:
+        return any(step.kind in ("run", "copy", "workdir") for step in self.steps)
 
-class BuildHandle:
-    """The events of one running build; every event is also written to the build's log."""
-
-    def __init__(self, name: str, log_path: Path) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._events: list[Event] = []
-        self._changed = asyncio.Condition()
-        self.finished = False
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "w", buffering=1)  # noqa: SIM115 - closed at finish
-
-    async def emit(self, event: Event) -> None:
-        event = {"time": round(time.time(), 3), **event}
-        self._events.append(event)
-        self._log.write(json.dumps(event, separators=(",", ":")) + "\n")
-        if event["type"] in ("done", "failed"):
-            self.finished = True
-            self._log.close()
-        async with self._changed:
-            self._changed.notify_all()
-
-    def _moved_past(self, count: int) -> bool:
-        return len(self._events) > count or self.finished
-
-    async def events(self) -> AsyncIterator[Event]:
-        """Every event from the start, then new ones as they come, until done or failed."""
-        sent = 0
-        while True:
-            while sent < len(self._events):
-                yield self._events[sent]
-                sent += 1
-            if self.finished:
-                return
-            async with self._changed:
-                await self._changed.wait_for(partial(self._moved_past, sent))
+    @property
+    def label(self) -> str:
+        if self.source_label:
+            return self.source_label
+        return str(self.source) if self.source else (self.base.name if self.base else "")
 
 
 class _BuildSandbox:
     """The sandbox that runs a build's filesystem steps, booted on first use."""
 
-    def __init__(self, builder: TemplateBuilder, root: Path, config: ImageConfig) -> None:
+    def __init__(
+        self, builder: TemplateBuilder, root: Path, config: ImageConfig, resources: Resources
+    ) -> None:
         self._b = builder
         self.root = root
         self.config = config
+        self.resources = resources
         self.sandbox_id = "bd-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
         self.slot: Slot | None = None
         self.client: AgentClient | None = None
@@ -148,12 +141,7 @@ class _BuildSandbox:
         spec = SandboxSpec(
             sandbox_id=self.sandbox_id,
             rootfs=self.root,
-            resources=Resources(
-                cpu=b.settings.default_cpu,
-                memory_mib=max(1024, b.settings.default_memory_mib),
-                disk_mib=b.settings.default_disk_mib,
-                pids=b.settings.default_pids,
-            ),
+            resources=self.resources,
             agent=AgentMount(mounts=mount.mounts, argv=mount.argv, env=mount.env),
             netns_path=self.slot.netns_path,
             annotations={"corral.build": "1"},
@@ -207,6 +195,31 @@ class TemplateBuilder:
         # fails the build and ``rollback`` removes the committed records.
         self.finish: Callable[[TemplateRecord, list[str], Any], Awaitable[None]] | None = None
         self.rollback: Callable[[list[str]], Awaitable[None]] | None = None
+        # Admission of build sandboxes against the workspace's capacity (wired to the sandbox
+        # service): ``hold(key, resources, what)`` raises CapacityExceeded, ``unhold(key)``.
+        self.hold: Callable[[str, Resources, str], Awaitable[None]] | None = None
+        self.unhold: Callable[[str], None] = lambda _key: None
+
+    def resources(self, disk_mib: int) -> Resources:
+        """What a build sandbox gets: the default cpu, at least 1 GiB memory, the build's disk."""
+        s = self.settings
+        return Resources(
+            cpu=s.default_cpu,
+            memory_mib=max(1024, s.default_memory_mib),
+            disk_mib=disk_mib,
+            pids=s.default_pids,
+        )
+
+    async def admit(self, plan: BuildPlan) -> None:
+        """Reserve the build sandbox's resources (if the plan needs one) until the build ends."""
+        if plan.resources is None or not plan.needs_sandbox or self.hold is None:
+            return
+        await self.hold(
+            _hold_key(plan), plan.resources, f"the build sandbox of template {plan.template.name!r}"
+        )
+
+    def release(self, plan: BuildPlan) -> None:
+        self.unhold(_hold_key(plan))
 
     # -- the base image ----------------------------------------------------------------------
     def _base_manifest(self, base: TemplateRecord) -> ImageManifest:
@@ -219,10 +232,10 @@ class TemplateBuilder:
         return ImageManifest(layers=(PREBUILT + base.image,), config=config, source=base.image)
 
     async def _import(
-        self, source: ImageSource, work: Path, say: Callable[[str], Any]
+        self, source: ImageSource, label: str, work: Path, say: Callable[[str], Any]
     ) -> ImageManifest:
         layout = work / "layout"
-        await say(f"fetching {source} with skopeo")
+        await say(f"fetching {label} with skopeo")
         try:
             await fetch(source, layout, lambda _line: None)
             image = read_layout(layout)
@@ -239,13 +252,14 @@ class TemplateBuilder:
                     await asyncio.to_thread(self.store.import_layer, layer)
                 layers.append(diff_id)
         except ImageImportError as exc:
-            raise BuildFailed(str(exc)) from exc
+            # Uploads live in private dirs: name them as the caller knows them.
+            raise BuildFailed(str(exc).replace(str(source), label)) from exc
         finally:
             shutil.rmtree(layout, ignore_errors=True)
         if not layers:
-            raise BuildFailed(f"image {source} has no layers")
+            raise BuildFailed(f"image {label} has no layers")
         return ImageManifest(
-            layers=tuple(layers), config=ImageConfig.from_oci(image.config), source=str(source)
+            layers=tuple(layers), config=ImageConfig.from_oci(image.config), source=label
         )
 
     # -- a build -----------------------------------------------------------------------------
@@ -260,10 +274,11 @@ class TemplateBuilder:
         work = self.store.work_dir(".build-")
         sandbox: _BuildSandbox | None = None
         merged = work / "root"
-        mounted = False
+        disk_image, disk = work / "disk.img", work / "disk"
+        mounted = disk_made = False
         index: int | None = None
         total = len(plan.steps)
-        source = str(plan.source) if plan.source else (plan.base.name if plan.base else "")
+        source = plan.label
         await handle.emit(
             {"type": "start", "template": plan.template.name, "source": source, "steps": total}
         )
@@ -275,26 +290,30 @@ class TemplateBuilder:
 
         try:
             if plan.source is not None:
-                base = await self._import(plan.source, work, say)
+                base = await self._import(plan.source, source, work, say)
             else:
                 assert plan.base is not None
                 base = self._base_manifest(plan.base)
             config = base.config
             if plan.base is not None:
                 config = dataclasses.replace(config, env={**config.env, **plan.base.env})
-            if any(step.kind in ("run", "copy", "workdir") for step in plan.steps):
-                (work / "upper").mkdir()
-                (work / "work").mkdir()
+            if plan.needs_sandbox:
+                resources = plan.resources or self.resources(self.settings.build_disk_mib)
+                # The new layer (overlay upper and work dirs) lives on the build's own disk.
+                disk_made = True
+                await create_disk(disk_image, disk, resources.disk_mib)
+                (disk / "upper").mkdir()
+                (disk / "work").mkdir()
                 await asyncio.to_thread(
                     mount_overlay,
                     merged,
                     layers_dir=self.store.layers_dir,
                     lower=self.store.lower_dirs(base),
-                    upper=work / "upper",
-                    work=work / "work",
+                    upper=disk / "upper",
+                    work=disk / "work",
                 )
                 mounted = True
-                sandbox = _BuildSandbox(self, merged, config)
+                sandbox = _BuildSandbox(self, merged, config, resources)
                 if any(step.kind == "run" for step in plan.steps):
                     await say("RUN steps run offline: build sandboxes have no network")
             for i, step in enumerate(plan.steps, 1):
@@ -303,8 +322,18 @@ class TemplateBuilder:
                     {"type": "step", "index": i, "total": total, "step": step.describe()}
                 )
                 t0 = time.monotonic()
-                exit_code = 0
-                config, exit_code = await self._step(step, config, sandbox, plan, handle, i)
+                limit = asyncio.timeout(plan.step_timeout)
+                try:
+                    async with limit:
+                        config, exit_code = await self._step(step, config, sandbox, plan, handle, i)
+                except TimeoutError as exc:
+                    if not limit.expired():
+                        raise
+                    raise BuildFailed(
+                        f"step {i}/{total} ({step.describe()}) took longer than the step timeout "
+                        f"of {plan.step_timeout:g} s",
+                        index=i,
+                    ) from exc
                 await handle.emit(
                     {
                         "type": "step_done",
@@ -323,9 +352,14 @@ class TemplateBuilder:
             layers = list(base.layers)
             if sandbox is not None:
                 await sandbox.close()
+                self.release(plan)  # its capacity is free again (a warmup admits its own)
                 # The new layer is read only once its overlay is really gone (not lazily).
                 await asyncio.to_thread(partial(unmount, merged, busy_wait=5.0, lazy=False))
                 mounted = False
+                # The store takes layers by rename: bring the layer over from the build's disk.
+                await run_command(["cp", "-a", "--preserve=xattr", str(disk / "upper"), str(work)])
+                await remove_disk(disk_image, disk)
+                disk_made = False
                 new_layer = await asyncio.to_thread(self._finish_layer, work / "upper", base)
                 if new_layer is not None:
                     layers.append(new_layer)
@@ -363,6 +397,10 @@ class TemplateBuilder:
                 failure = BuildFailed(
                     f"step {index}: the build sandbox's agent failed: {exc}", index=index
                 )
+            elif isinstance(exc, CopyFailed):
+                failure = BuildFailed(f"step {index}: {exc}", index=index, exit_code=1)
+            elif isinstance(exc, (DiskError, CommandError)):
+                failure = BuildFailed(f"preparing the build's disk: {exc}", index=index)
             else:
                 log.exception("build of %s failed", plan.template.name)
                 where = f"step {index}: " if index else ""
@@ -385,7 +423,15 @@ class TemplateBuilder:
             if mounted:
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(unmount, merged)
+            if disk_made:
+                try:
+                    await remove_disk(disk_image, disk)
+                except DiskError as exc:
+                    log.error("build of %s: removing its disk failed: %s", plan.template.name, exc)
             await asyncio.to_thread(shutil.rmtree, work, True)
+            for owned in plan.owned:
+                await asyncio.to_thread(shutil.rmtree, owned, True)
+            self.release(plan)
 
     async def _step(
         self,
@@ -474,92 +520,19 @@ class TemplateBuilder:
         index: int,
     ) -> None:
         value: dict[str, Any] = step.value  # type: ignore[assignment]
-        sources = [self._host_path(str(s), plan, index) for s in value["src"]]
         dst = os.path.join(config.workdir or "/", str(value["dst"]))
-        into_dir = str(value["dst"]).endswith("/") or len(sources) > 1
-        copied = 0
-        for src in sources:
-            if value.get("extract") and src.is_file() and tarfile.is_tarfile(src):
-                copied += await self._copy_tar(client, src, dst)
-                continue
-            if src.is_dir():
-                for dirpath, _dirs, files in os.walk(src):
-                    rel = os.path.relpath(dirpath, src)
-                    target_dir = os.path.normpath(os.path.join(dst, rel))
-                    await client.mkdir(target_dir, parents=True)
-                    for name in sorted(files):
-                        copied += await self._put(
-                            client, Path(dirpath, name), os.path.join(target_dir, name)
-                        )
-            elif src.is_file():
-                target = os.path.join(dst, src.name) if into_dir else dst
-                copied += await self._put(client, src, target)
-            else:
-                raise BuildFailed(
-                    f"step {index} ({step.describe()}): {src} does not exist",
-                    index=index,
-                    exit_code=1,
-                )
-        await handle.emit(
-            {
-                "type": "output",
-                "index": index,
-                "stream": "info",
-                "data": f"copied {copied} file(s) to {dst}\n",
-            }
-        )
 
-    @staticmethod
-    def _host_path(src: str, plan: BuildPlan, index: int) -> Path:
-        if os.path.isabs(src):
-            return Path(src)
-        if plan.context_dir is None:
-            raise BuildFailed(
-                f"step {index}: relative COPY source {src!r} needs a build context", index=index
+        async def say(text: str) -> None:
+            await handle.emit(
+                {"type": "output", "index": index, "stream": "info", "data": text + "\n"}
             )
-        path = (plan.context_dir / src).resolve()
-        context = plan.context_dir.resolve()
-        if path != context and context not in path.parents:
+
+        try:
+            await copy_sources(client, value, plan.context, dst, say)
+        except CopyFailed as exc:
             raise BuildFailed(
-                f"step {index}: COPY source {src!r} is outside the build context", index=index
-            )
-        return path
-
-    @staticmethod
-    async def _put(client: AgentClient, src: Path, target: str) -> int:
-        if src.is_symlink() or not src.is_file():
-            return 0
-        mode = src.stat().st_mode & 0o7777
-
-        async def chunks() -> AsyncIterator[bytes]:
-            with open(src, "rb") as fh:
-                while chunk := await asyncio.to_thread(fh.read, 1 << 20):
-                    yield chunk
-
-        await client.write_file(target, chunks(), mode=mode, parents=True)
-        return 1
-
-    async def _copy_tar(self, client: AgentClient, src: Path, dst: str) -> int:
-        count = 0
-        with tarfile.open(src, "r:*") as archive:
-            for member in archive.getmembers():
-                name = os.path.normpath(member.name.lstrip("/"))
-                if name.startswith(".."):
-                    continue
-                target = os.path.join(dst, name)
-                if member.isdir():
-                    await client.mkdir(target, parents=True)
-                elif member.isfile():
-                    fh = archive.extractfile(member)
-                    assert fh is not None
-                    data = fh.read()
-
-                    async def one(data: bytes = data) -> AsyncIterator[bytes]:
-                        yield data
-
-                    await client.write_file(target, one(), mode=member.mode & 0o7777, parents=True)
-                    count += 1
-        return count
+                f"step {index} ({step.describe()}): {exc}", index=index, exit_code=1
+            ) from exc
 
     def _finish_layer(self, upper: Path, base: ImageManifest) -> str | None:
         """Drop the agent's mount points from the new layer and store it; None if it is empty."""
@@ -597,3 +570,7 @@ class TemplateBuilder:
 
 def _public(template: TemplateRecord) -> dict[str, Any]:
     return dataclasses.asdict(template)
+
+
+def _hold_key(plan: BuildPlan) -> str:
+    return f"build:{plan.template.name}"

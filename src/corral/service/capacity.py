@@ -4,7 +4,8 @@ Model (DESIGN.md): cpu may be overcommitted by ``cpu_overcommit``; memory never;
 creating) sandbox reserves its cpu, memory and disk; a parked one only the disk its image takes;
 snapshots reserve the disk their images take. Reservations are
 derived from the store, so they are right after a restart; ``admit`` is called under the service's
-admission lock, so two concurrent requests cannot both take the last free MiB.
+admission lock, so two concurrent requests cannot both take the last free MiB. ``held`` are the
+reservations no sandbox record backs (template build sandboxes): in memory, as the builds are.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class CapacityModel:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
+        self.held: dict[str, tuple[float, int, int]] = {}
+        """key -> (cpu, memory MiB, disk MiB) reserved outside the sandbox records."""
 
     def report(self, records: list[SandboxRecord], snapshot_mib: int = 0) -> CapacityReport:
         cpu = memory = 0.0
@@ -53,6 +56,10 @@ class CapacityModel:
                 disk += record.disk_mib
             elif record.state in DISK_ONLY_STATES:
                 disk += record.image_mib
+        for held_cpu, held_memory, held_disk in self.held.values():
+            cpu += held_cpu
+            memory += held_memory
+            disk += held_disk
         s = self._settings
         return CapacityReport(
             cpu=Usage(s.cpus * s.cpu_overcommit, cpu),

@@ -43,6 +43,7 @@ from corral.runtime.base import (
 )
 from corral.service.capacity import CapacityModel, CapacityReport
 from corral.service.errors import (
+    CapacityExceeded,
     CorralError,
     ExecFailed,
     InvalidRequest,
@@ -293,6 +294,30 @@ class SandboxService:
             )
             for record in records:
                 self.db.sandboxes.add(record)
+
+    async def hold(self, key: str, resources: Resources, what: str) -> None:
+        """Reserve ``resources`` for something that is not a sandbox record (a template build's
+        sandbox) until ``unhold(key)``; raises CapacityExceeded, naming ``what``, if they do
+        not fit."""
+        async with self.admission:
+            try:
+                self.capacity_model.admit(
+                    self.db.sandboxes.list(states=LIVE_STATES),
+                    cpu=resources.cpu,
+                    memory_mib=resources.memory_mib,
+                    disk_mib=resources.disk_mib,
+                    snapshot_mib=sum(s.size_mib for s in self.db.snapshots.list()),
+                )
+            except CapacityExceeded as exc:
+                raise CapacityExceeded(f"{what} does not fit: {exc.message}") from exc
+            self.capacity_model.held[key] = (
+                resources.cpu,
+                resources.memory_mib,
+                resources.disk_mib,
+            )
+
+    def unhold(self, key: str) -> None:
+        self.capacity_model.held.pop(key, None)
 
     async def create(
         self, request: CreateRequest, *, pooled: bool = False, cold: bool = False

@@ -13,6 +13,11 @@ Invariants:
 
 Locking: ``_store_lock`` serializes commits, deletions and GC; builds run concurrently in their own
 work dirs, one per template name at a time.
+
+The host boundary of builds (``plan``): a request names no host path. COPY reads the uploaded
+``context``; ``base: upload:ID[:TAG]`` imports an uploaded image archive or OCI layout;
+``docker-archive:PATH``/``oci:PATH`` host paths are allowed only inside the admin's
+``import_dir``, resolved with every symlink; anything else is refused, saying to upload it.
 """
 
 from __future__ import annotations
@@ -31,9 +36,12 @@ from pathlib import Path
 from corral.config import Settings
 from corral.images import ImageStore
 from corral.images.cas import ContentStore
-from corral.images.oci import parse_source
+from corral.images.context import ContextError, resolve_import
+from corral.images.mounts import MountError, unmount
+from corral.images.oci import ImageSource, parse_source
 from corral.images.steps import BuildStep, DockerfileError, parse_dockerfile
 from corral.service.errors import CapacityExceeded, InvalidRequest, NotFound, StateConflict
+from corral.service.uploads import UploadService
 from corral.storage import Database, TemplateRecord
 from corral.storage.records import TemplatePin
 
@@ -44,6 +52,12 @@ log = logging.getLogger("corral.templates")
 _LIVE = {"creating", "running", "parked"}
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?")
 _SOURCE_SCHEMES = ("docker-archive:", "oci:", "registry:")
+_UPLOAD = "upload:"
+_UPLOAD_HINT = (
+    "the daemon reads no host path for a build: upload it instead (the CLI and the SDK upload "
+    "local paths given as --dockerfile, --copy and --from docker-archive:PATH / oci:PATH; the "
+    "API: POST /v1/templates/uploads?kind=context|docker-archive|oci)"
+)
 
 
 def canonical_name(name: str) -> str:
@@ -60,6 +74,13 @@ def _check_name(name: str) -> str:
     return canonical_name(name)
 
 
+def _named_uploads(request: BuildRequest) -> builtins.list[str]:
+    named = [request.context] if request.context else []
+    if request.base and request.base.startswith(_UPLOAD):
+        named.append(request.base[len(_UPLOAD) :].partition(":")[0])
+    return named
+
+
 class BuildRequest:
     """What a user asks to build (the API body, already parsed)."""
 
@@ -70,6 +91,7 @@ class BuildRequest:
         base: str | None = None,
         steps: builtins.list[BuildStep] | None = None,
         dockerfile: str | None = None,
+        context: str | None = None,
         context_dir: str | None = None,
         build_args: dict[str, str] | None = None,
         creds: str | None = None,
@@ -85,12 +107,15 @@ class BuildRequest:
         warm: bool = False,
         pool: int = 0,
         tags: builtins.list[str] | None = None,
+        step_timeout: float | None = None,
+        build_disk_mib: int | None = None,
     ) -> None:
         self.name = name
         self.base = base
         self.steps = list(steps or [])
         self.dockerfile = dockerfile
-        self.context_dir = context_dir
+        self.context = context
+        self.context_dir = context_dir  # refused: a host path (kept to say so clearly)
         self.build_args = dict(build_args or {})
         self.creds = creds
         self.insecure = insecure
@@ -105,6 +130,8 @@ class BuildRequest:
         self.warm = warm
         self.pool = pool
         self.tags = list(tags or [])
+        self.step_timeout = step_timeout
+        self.build_disk_mib = build_disk_mib
 
 
 class TemplateService:
@@ -121,6 +148,7 @@ class TemplateService:
         self._images = images
         self._settings = settings
         self.store = store or ContentStore(settings.data_dir / "store", images)
+        self.uploads = UploadService(settings)
         self.builder: object | None = None  # a TemplateBuilder, wired by the workspace
         self._store_lock = asyncio.Lock()
         self._building: dict[str, object] = {}
@@ -132,7 +160,14 @@ class TemplateService:
     def sync(self) -> None:
         """Open the store (clearing interrupted work) and register every prebuilt image as a
         template of the same name if none exists yet."""
+        # A build the previous daemon was running when it died may have left its root view and
+        # its disk mounted: detach them before the store clears its work dirs.
+        for leftover in self.store.tmp_dir.glob(".build-*"):
+            for mount in (leftover / "root", leftover / "disk"):
+                with contextlib.suppress(MountError):
+                    unmount(mount)
         self.store.open()
+        self.uploads.start()
         for name in self._images.names():
             if self._db.templates.get(name) is None:
                 self._db.templates.put(
@@ -285,9 +320,11 @@ class TemplateService:
         tags = [_check_name(t if ":" in t else f"{name.split(':')[0]}:{t}") for t in request.tags]
         steps = list(request.steps)
         base_text = request.base
-        context = Path(request.context_dir) if request.context_dir else None
-        if context is not None and not context.is_absolute():
-            raise InvalidRequest(f"build context {context} must be an absolute path")
+        if request.context_dir is not None:
+            raise InvalidRequest(f"build context {request.context_dir!r}: {_UPLOAD_HINT}")
+        context = (
+            self.uploads.get(request.context, ("context",)) if request.context is not None else None
+        )
         if request.dockerfile is not None:
             try:
                 parsed = parse_dockerfile(request.dockerfile, request.build_args)
@@ -314,7 +351,18 @@ class TemplateService:
                 raise InvalidRequest(f"unknown build step {step.kind!r}")
         base = None
         source = None
-        if base_text.startswith(_SOURCE_SCHEMES):
+        label = None
+        uploads = [context.id] if context is not None else []
+        if base_text.startswith(_UPLOAD):
+            upload_id, _, tag = base_text[len(_UPLOAD) :].partition(":")
+            image = self.uploads.get(upload_id, ("docker-archive", "oci"))
+            ref = f"{image.path}:{tag}" if tag and image.kind == "oci" else str(image.path)
+            source = ImageSource(image.kind, ref)
+            label = f"{image.kind}:{image.label}{':' + tag if tag else ''} (uploaded)"
+            uploads.append(image.id)
+        elif base_text.startswith(("docker-archive:", "oci:")):
+            source = self._import_source(base_text)
+        elif base_text.startswith(_SOURCE_SCHEMES):
             try:
                 source = parse_source(base_text, creds=request.creds, insecure=request.insecure)
             except ValueError as exc:
@@ -356,15 +404,44 @@ class TemplateService:
             pool=request.pool,
         )
         self._check_resources(template)
+        disk = request.build_disk_mib or s.build_disk_mib
+        if not 8 <= disk <= s.max_disk_mib:
+            raise InvalidRequest(
+                f"build disk {disk} MiB must be between 8 MiB and the workspace's ceiling of "
+                f"{s.max_disk_mib} MiB"
+            )
+        timeout = s.build_step_timeout if request.step_timeout is None else request.step_timeout
+        if timeout <= 0:
+            raise InvalidRequest("step_timeout must be a positive number of seconds")
+        builder = self.builder
+        resources = getattr(builder, "resources", None)
         return BuildPlan(
             template=template,
             steps=steps,
             base=base,
             source=source,
-            context_dir=context,
+            source_label=label,
+            context=context.path if context is not None else None,
             tags=[t for t in tags if t != name],
             build_args=dict(request.build_args),
+            resources=resources(disk) if resources is not None else None,
+            step_timeout=float(timeout),
+            uploads=uploads,
         )
+
+    def _import_source(self, text: str) -> ImageSource:
+        """A docker-archive:/oci: host path: allowed only inside the admin's import dir."""
+        kind, _, ref = text.partition(":")
+        path, _, tag = ref.partition(":") if kind == "oci" else (ref, "", "")
+        import_dir = self._settings.import_dir
+        if import_dir is None or not path.startswith("/"):
+            where = "" if import_dir is None else f" (only paths in {import_dir} may be named)"
+            raise InvalidRequest(f"image source {text!r}: {_UPLOAD_HINT}{where}")
+        try:
+            resolved = resolve_import(import_dir, path)
+        except ContextError as exc:
+            raise InvalidRequest(f"image source {text!r}: {exc}; {_UPLOAD_HINT}") from exc
+        return ImageSource(kind, f"{resolved}:{tag}" if tag else str(resolved))
 
     def _check_resources(self, t: TemplateRecord) -> None:
         s = self._settings
@@ -389,21 +466,50 @@ class TemplateService:
         if problems:
             raise InvalidRequest(f"template {t.name!r}: " + "; ".join(problems))
 
-    def start_build(self, request: BuildRequest) -> object:
-        """Validate ``request`` and start its build in the background; returns its BuildHandle
-        (whose events the caller streams). Raises before starting if the request is wrong."""
+    async def start_build(self, request: BuildRequest) -> object:
+        """Validate ``request``, admit its build sandbox against the workspace's capacity, take
+        over its uploads, and start the build in the background; returns its BuildHandle (whose
+        events the caller streams). Raises before starting if the request is wrong or does not
+        fit."""
         from corral.service.builds import BuildHandle, BuildPlan, TemplateBuilder
 
-        plan = self.plan(request)
+        try:
+            plan = self.plan(request)
+        except BaseException:
+            self.uploads.discard(_named_uploads(request))
+            raise
         assert isinstance(plan, BuildPlan)
         builder = self.builder
         if not isinstance(builder, TemplateBuilder):
             raise StateConflict("this workspace cannot build templates (no builder wired)")
         name = plan.template.name
         running = self._building.get(name)
+        task = getattr(running, "task", None)
+        if getattr(running, "finished", False) and task is not None:
+            # It has reported its end and is cleaning up: that is not worth a refusal.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(task)
+            running = self._building.get(name)
         if running is not None:
+            self.uploads.discard(plan.uploads)
             raise StateConflict(f"template {name!r} is already being built")
-        handle = BuildHandle(name, self.log_path(name))
+        self._building[name] = plan  # taken while admission waits
+        try:
+            await builder.admit(plan)
+        except BaseException:
+            self._building.pop(name, None)
+            self.uploads.discard(plan.uploads)
+            raise
+        try:
+            for upload_id in plan.uploads:
+                plan.owned.append(self.uploads.claim(upload_id).dir)
+            handle = BuildHandle(name, self.log_path(name), self._settings.build_log_max_kib * 1024)
+        except BaseException:
+            builder.release(plan)
+            for owned in plan.owned:
+                shutil.rmtree(owned, ignore_errors=True)
+            self._building.pop(name, None)
+            raise
         self._building[name] = handle
 
         async def run() -> None:

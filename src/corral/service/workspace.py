@@ -78,6 +78,8 @@ class Workspace:
         sandboxes.pool_hook = pools.claim
         templates.builder.finish = warm.warm
         templates.builder.rollback = templates.forget
+        templates.builder.hold = sandboxes.hold
+        templates.builder.unhold = sandboxes.unhold
         templates.after_build = lambda template: pools.refresh(template.name)
         return cls(
             settings=settings,

@@ -1,8 +1,11 @@
-"""Templates: build (an NDJSON stream of build events), list, get, delete, build logs."""
+"""Templates: uploads for builds, build (an NDJSON stream of build events), list, get, delete,
+build logs."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Literal
+
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
 from corral.api import schemas
@@ -46,17 +49,38 @@ def to_schema(record: TemplateRecord, templates: TemplateService) -> schemas.Tem
 
 
 @router.post(
+    "/uploads",
+    operation_id="upload_build_input",
+    response_model=schemas.Upload,
+    openapi_extra={
+        "requestBody": {"content": {"application/x-tar": {}}, "description": "a tar stream"}
+    },
+)
+async def upload_build_input(
+    request: Request,
+    ws: WorkspaceDep,
+    kind: Literal["context", "docker-archive", "oci"] = "context",
+    name: str | None = None,
+) -> schemas.Upload:
+    """Receive a build context (a tar of its files), an OCI layout (a tar of the dir) or a
+    docker-archive file; bounded by the daemon's upload limit. Name it in one build."""
+    upload = await ws.templates.uploads.receive(kind, name, request.stream())
+    return schemas.Upload(id=upload.id, kind=upload.kind, size=upload.size, members=upload.members)  # type: ignore[arg-type]
+
+
+@router.post(
     "",
     operation_id="build_template",
     responses={200: {"content": {NDJSON: {}}, "description": "build events, done or failed last"}},
 )
 async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Response:
-    handle = ws.templates.start_build(
+    handle = await ws.templates.start_build(
         BuildRequest(
             body.name,
             base=body.base,
             steps=[BuildStep(s.kind, s.value) for s in body.steps],
             dockerfile=body.dockerfile,
+            context=body.context,
             context_dir=body.context_dir,
             build_args=body.build_args,
             creds=body.creds,
@@ -72,6 +96,8 @@ async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Respo
             warm=body.warm,
             pool=body.pool,
             tags=body.tags,
+            step_timeout=body.step_timeout,
+            build_disk_mib=body.build_disk_mib,
         )
     )
     assert isinstance(handle, BuildHandle)
