@@ -21,12 +21,14 @@ that says so.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import shutil
 import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +63,9 @@ from corral.service.snapshots import (
 from corral.service.trust import Signer, TrustService, UntrustedExport
 from corral.storage import SandboxRecord, SnapshotRecord
 
-__all__ = ["TransferService"]
+__all__ = ["Imported", "TransferService"]
+
+log = logging.getLogger("corral.transfer")
 
 SANDBOX_FIELDS = ("template", "cpu", "memory_mib", "disk_mib", "env", "metadata", "created_at")
 SNAPSHOT_FIELDS = (
@@ -79,6 +83,15 @@ SNAPSHOT_FIELDS = (
 FS_FILES = frozenset({FS_ARCHIVE, FS_DELETED})
 MAX_DELETED_BYTES = 16 << 20
 _MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an import brought in, and the trusted key that signed it (None: an ``fs_only``
+    import of an export nobody trusted)."""
+
+    record: SandboxRecord | SnapshotRecord
+    signer: Signer | None
 
 
 async def _stream_export(
@@ -140,9 +153,7 @@ class TransferService:
         return _stream_export(image, "snapshot", fields, self.trust)
 
     # ------------------------------------------------------------------------- import
-    async def import_file(
-        self, data: AsyncIterable[bytes], *, fs_only: bool = False
-    ) -> SandboxRecord | SnapshotRecord:
+    async def import_file(self, data: AsyncIterable[bytes], *, fs_only: bool = False) -> Imported:
         work = inside(self.lifecycle.work_dir, f"import-{secrets.token_hex(8)}")
         work.mkdir(mode=0o700)
         try:
@@ -155,11 +166,17 @@ class TransferService:
                 signer = self._check_signer(reader, manifest, fs_only)
                 partial = work / "image"
                 partial.mkdir(mode=0o700)
+                record: SandboxRecord | SnapshotRecord
                 if manifest.kind == "sandbox":
-                    return await self._import_sandbox(manifest, reader, partial, signer)
-                return await self._import_snapshot(manifest, reader, partial, signer)
+                    record = await self._import_sandbox(manifest, reader, partial)
+                else:
+                    record = await self._import_snapshot(manifest, reader, partial)
         finally:
             await asyncio.to_thread(shutil.rmtree, work, True)
+        name = f"sandbox {record.id}" if isinstance(record, SandboxRecord) else record.name
+        by = signer.name if signer else "nobody trusted (files only)"
+        log.info("imported %s, signed by %s", name, by)
+        return Imported(record, signer)
 
     def _free_disk_mib(self) -> int:
         host_free = shutil.disk_usage(self.lifecycle.work_dir).free // _MIB
@@ -222,7 +239,7 @@ class TransferService:
         )
 
     async def _import_sandbox(
-        self, manifest: Manifest, reader: ExportReader, partial: Path, signer: Signer | None
+        self, manifest: Manifest, reader: ExportReader, partial: Path
     ) -> SandboxRecord:
         fields = manifest.sandbox()
         self._check_resources(
@@ -258,7 +275,7 @@ class TransferService:
         return record
 
     async def _import_snapshot(
-        self, manifest: Manifest, reader: ExportReader, partial: Path, signer: Signer | None
+        self, manifest: Manifest, reader: ExportReader, partial: Path
     ) -> SnapshotRecord:
         fields = manifest.snapshot()
         name = check_name(fields.name)
