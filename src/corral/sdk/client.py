@@ -207,7 +207,7 @@ class AsyncClient:
     async def trust_key(self, name: str, public_key: str) -> TrustedKey:
         """Trust exports signed by `public_key` (`ed25519:...` or a PEM public key) as `name`."""
         body = {"name": name, "public_key": public_key}
-        return TrustedKey.from_wire(await self.session.json("POST", "/v1/trust", json=body))
+        return TrustedKey.from_wire(await self.session.json("POST", "/v1/trust", json_body=body))
 
     async def untrust_key(self, name: str) -> None:
         await self.session.request("DELETE", f"/v1/trust/{quote(name, safe='')}")
