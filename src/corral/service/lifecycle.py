@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.network.base import Slot
-from corral.paths import inside
+from corral.paths import PathEscape, inside
 from corral.runtime.base import RuntimeFailure, RuntimeStatus
 from corral.service.errors import (
     CapacityExceeded,
@@ -220,6 +220,10 @@ class LifecycleService:
                     f"cannot wake sandbox {sandbox_id}: its memory image at "
                     f"{record.image_path} is missing or incomplete"
                 )
+            try:
+                image = inside(self.parked_dir, record.image_path or "")
+            except PathEscape as exc:
+                raise OperationFailed(f"cannot wake sandbox {sandbox_id}: {exc}") from exc
             async with self.sb.admission:
                 live = [r for r in self.db.sandboxes.list(states=LIVE_STATES) if r.id != record.id]
                 self.sb.capacity_model.admit(
@@ -232,7 +236,6 @@ class LifecycleService:
                 # From here it reserves cpu and memory like a running sandbox.
                 self.db.sandboxes.update(sandbox_id, state="running", operation="waking")
             self.crash_point("wake:before-restore")
-            image = Path(record.image_path or "")
             try:
                 rootfs = self.sb.rootfs_of(record)
                 await self.sb.boot(record, rootfs, record.env, image_dir=image)

@@ -293,7 +293,7 @@ class SnapshotService:
             request.disk_mib = request.disk_mib or snapshot.disk_mib
             record = await self.sb.create(request)
             try:
-                await self._apply_files(record, Path(snapshot.image_path))
+                await self._apply_files(record, inside(self.dir, snapshot.image_path))
             except BaseException:
                 await self.sb.kill(record.id)
                 raise
@@ -325,7 +325,7 @@ class SnapshotService:
             template,
             image=snapshot.image or template.image,
             env=record.env,
-            image_dir=Path(snapshot.image_path),
+            image_dir=inside(self.dir, snapshot.image_path),
             configure=bool(request.env),
         )
 
