@@ -266,7 +266,7 @@ class LifecycleService:
         """N new sandboxes continuing from the source's current state; the source runs on."""
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be 1..{MAX_FORK}, got {count}")
-        image = self.work_dir / f"fork-{sandbox_id}-{new_sandbox_id()[3:]}"
+        image = inside(self.work_dir, f"fork-{sandbox_id}-{new_sandbox_id()[3:]}")
         async with self.sb.lock(sandbox_id):
             source = self.sb.get(sandbox_id)
             require_state(source, "fork", "running")

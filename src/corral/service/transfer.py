@@ -284,8 +284,9 @@ class TransferService:
         self._check_resources(
             fields.template, fields.cpu, fields.memory_mib, fields.disk_mib, fields.env
         )
-        if fields.image is not None:  # NotFound if this host does not have that image
-            self.sb.templates.image_rootfs(fields.image, fields.template)
+        image = fields.image if fields.kind == "memory" else None  # fs: the template's, here
+        if image is not None:  # a memory image restores only onto the root it was made on
+            self.sb.templates.image_rootfs(image, fields.template)  # NotFound if not here
         if fields.kind == "fs":
             if set(manifest.files) != FS_FILES:
                 raise InvalidRequest(
@@ -318,7 +319,7 @@ class TransferService:
             image_path=str(final),
             size_mib=image_size_mib(final),
             created_at=min(fields.created_at, time.time()),
-            image=fields.image,
+            image=image,
         )
         self.db.snapshots.add(record)
         return record
