@@ -61,6 +61,8 @@ class Settings(BaseSettings):
     max_disk_mib: int = 20480
     max_ttl_seconds: int = 7 * 24 * 3600
     default_pids: int = 4096
+    # Files-only snapshots: the most files (image's included) a sandbox may hold to be captured.
+    snapshot_max_files: int = Field(default=200_000, ge=100, le=5_000_000)
 
     # Template builds. The daemon reads no host path for a build, except docker-archive:/oci:
     # paths inside ``import_dir`` (an admin's choice; unset: none). Contexts and image archives
@@ -114,6 +116,11 @@ class Settings(BaseSettings):
     @property
     def admin_key_path(self) -> Path:
         return self.data_dir / "admin.key"
+
+    @property
+    def signing_key_path(self) -> Path:
+        """This workspace's ed25519 key that signs its exports (mode 0600, made at first start)."""
+        return self.data_dir / "signing.key"
 
     def resolved(self) -> Settings:
         """Return a copy with host-derived capacity filled in and ceilings clamped to it."""

@@ -1,5 +1,5 @@
 """Snapshots (memory and files-only) restored into new sandboxes, and export/import of a parked
-sandbox to a second daemon, with corrupted files refused."""
+sandbox to a second daemon (once it trusts the first's key), with corrupted files refused."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from corral import Client, InvalidRequest, NotFound, Sandbox
+from corral.sdk.errors import UntrustedExport
 from tests.e2e.conftest import Daemon, leftover_namespaces, start_daemon, stop_daemon
 from tests.e2e.workloads import assert_counting, is_running, read_count, start_counter
 
@@ -76,6 +77,7 @@ def test_export_import_to_a_second_daemon_and_corrupt_files_refused(
             sbx.park()
             size = sbx.export(export)
             assert size == export.stat().st_size > 0
+            first_key = client.workspace_public_key()
         finally:
             sbx.kill()
 
@@ -83,6 +85,9 @@ def test_export_import_to_a_second_daemon_and_corrupt_files_refused(
     second = start_daemon(tmp_path / "second", prefix)
     try:
         with Client(second.url, second.key) as other:
+            with pytest.raises(UntrustedExport, match="does not trust"):
+                other.import_file(export)
+            other.trust_key("first", first_key)
             damaged = tmp_path / "damaged.corral"
             with open(export, "rb") as source, open(damaged, "wb") as out:
                 out.write(source.read())
@@ -101,6 +106,7 @@ def test_export_import_to_a_second_daemon_and_corrupt_files_refused(
             assert other.list_sandboxes() == []
 
             result = other.import_file(export)
+            assert result.signer == "first"
             assert result.kind == "sandbox" and result.sandbox is not None
             assert result.sandbox.state == "parked"
             moved = other.sandbox(result.sandbox.id)

@@ -16,6 +16,7 @@ from corral.api.routes import (
     sandboxes,
     snapshots,
     templates,
+    trust,
     workspace,
 )
 from corral.service.workspace import Workspace
@@ -46,6 +47,6 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     authed = [Depends(require_key)]
-    for module in (workspace, templates, sandboxes, processes, files, snapshots):
+    for module in (workspace, templates, sandboxes, processes, files, snapshots, trust):
         app.include_router(module.router, dependencies=authed)
     return app

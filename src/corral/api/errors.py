@@ -31,6 +31,8 @@ STATUS_BY_CODE = {
     "not_a_directory": 400,
     "exists": 409,
     "permission_denied": 403,
+    "forbidden": 403,
+    "untrusted": 403,
     "no_space": 507,
     "conflict": 409,
     "secret_bearing": 409,

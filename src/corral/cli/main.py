@@ -13,7 +13,17 @@ import typer
 from typer.core import TyperGroup
 
 from corral.cli import exec as exec_verb
-from corral.cli import files, lifecycle, sandboxes, serve, snapshots, templates, transfer, workspace
+from corral.cli import (
+    files,
+    lifecycle,
+    sandboxes,
+    serve,
+    snapshots,
+    templates,
+    transfer,
+    trust,
+    workspace,
+)
 from corral.cli._state import CLIState
 from corral.sdk import AuthenticationError, CorralError
 
@@ -91,6 +101,7 @@ app.command("fork")(lifecycle.fork)
 app.add_typer(snapshots.app, name="snapshot")
 app.command("export")(transfer.export)
 app.command("import")(transfer.import_file)
+app.add_typer(trust.app, name="trust")
 app.command("capacity")(workspace.capacity)
 app.add_typer(templates.templates_app, name="template")
 app.command("mcp")(serve.mcp)

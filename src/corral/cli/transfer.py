@@ -1,4 +1,4 @@
-"""`corral export` and `corral import`: a parked sandbox or a snapshot as one checksummed file."""
+"""`corral export` and `corral import`: a parked sandbox or a snapshot as one signed file."""
 
 from __future__ import annotations
 
@@ -46,10 +46,21 @@ def export(
 def import_file(
     ctx: typer.Context,
     file: str = typer.Argument(..., metavar="FILE", help="A file made by `corral export`."),
+    fs_only: bool = typer.Option(
+        False,
+        "--fs-only",
+        help="Import an export whose signer is not trusted, files only: its memory is never "
+        "restored (an fs snapshot comes in whole; a parked sandbox or memory snapshot, whose "
+        "files are inside its memory image, is refused).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print what was imported as JSON."),
 ) -> None:
-    """Bring in an exported sandbox (it arrives parked: `corral wake ID`) or snapshot."""
-    result = client(ctx).import_file(sys.stdin.buffer if file == "-" else Path(file))
+    """Bring in an exported sandbox (it arrives parked: `corral wake ID`) or snapshot.
+
+    Memory images are restored only from a trusted signer: this workspace or one added with
+    `corral trust add`."""
+    source = sys.stdin.buffer if file == "-" else Path(file)
+    result = client(ctx).import_file(source, fs_only=fs_only)
     if as_json:
         print_json(result.to_dict())
     elif result.sandbox is not None:

@@ -24,6 +24,7 @@ from corral.sdk.models import (
     SandboxOptions,
     SnapshotInfo,
     TemplateInfo,
+    TrustedKey,
 )
 from corral.sdk.sandbox import AsyncSandbox
 
@@ -191,10 +192,32 @@ class AsyncClient:
         """Write snapshot `name` as one checksummed file; returns the bytes."""
         return await download(self.session, f"{_snapshot_path(name)}/export", destination)
 
-    async def import_file(self, source: Source) -> ImportResult:
+    async def import_file(self, source: Source, *, fs_only: bool = False) -> ImportResult:
         """Bring in a file made by an export (on this host or another), streamed. The daemon
-        checks every checksum and registers the parked sandbox or snapshot only if all match."""
-        return ImportResult.from_wire(await upload(self.session, "/v1/import", source))
+        checks the signature and every checksum and registers the parked sandbox or snapshot
+        only if all match. An export not signed by a trusted key raises `UntrustedExport`;
+        with `fs_only` it brings in only what holds no memory image (an fs snapshot)."""
+        url = "/v1/import?fs_only=true" if fs_only else "/v1/import"
+        return ImportResult.from_wire(await upload(self.session, url, source))
+
+    # -- trusted signers of exports (admin) ---------------------------------------------------
+
+    async def workspace_public_key(self) -> str:
+        """This workspace's public key, for `trust_key` on the hosts that import its exports."""
+        answer = await self.session.json("GET", "/v1/trust/self")
+        return str(answer["public_key"])
+
+    async def trusted_keys(self) -> list[TrustedKey]:
+        answer = await self.session.json("GET", "/v1/trust")
+        return [TrustedKey.from_wire(item) for item in answer.get("keys", [])]
+
+    async def trust_key(self, name: str, public_key: str) -> TrustedKey:
+        """Trust exports signed by `public_key` (`ed25519:...` or a PEM public key) as `name`."""
+        body = {"name": name, "public_key": public_key}
+        return TrustedKey.from_wire(await self.session.json("POST", "/v1/trust", json_body=body))
+
+    async def untrust_key(self, name: str) -> None:
+        await self.session.request("DELETE", f"/v1/trust/{quote(name, safe='')}")
 
 
 def _snapshot_path(name: str) -> str:

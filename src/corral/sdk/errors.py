@@ -11,6 +11,7 @@ CorralError                     anything the SDK raises on purpose
     │                           `secret_bearing`: the sandbox holds secrets that would be copied
     ├── CapacityError           409 `capacity`: over a ceiling or over free capacity
     ├── InvalidRequest          400/422 `invalid`: a malformed request
+    │   └── UntrustedExport     403 `untrusted`: an import whose signer is not trusted
     ├── ExecFailed              400 `exec_failed`: the command could not be started
     └── SandboxUnavailable      502/503: the sandbox's agent cannot be reached
 ```
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "SandboxUnavailable",
+    "UntrustedExport",
     "error_from_response",
 ]
 
@@ -93,6 +95,11 @@ class InvalidRequest(APIError):
     """The daemon rejected the request as malformed."""
 
 
+class UntrustedExport(InvalidRequest):
+    """An import refused because its signature is missing, wrong, or not by a trusted key: its
+    memory is not restored (`corral trust add`, or import with `fs_only`)."""
+
+
 class ExecFailed(APIError):
     """The command could not be started (not found, bad working directory, ...)."""
 
@@ -109,6 +116,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     "secret_bearing": Conflict,
     "capacity": CapacityError,
     "invalid": InvalidRequest,
+    "untrusted": UntrustedExport,
     "exec_failed": ExecFailed,
     "sandbox_unavailable": SandboxUnavailable,
 }

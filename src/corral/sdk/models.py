@@ -23,6 +23,7 @@ __all__ = [
     "SandboxInfo",
     "SnapshotInfo",
     "TemplateInfo",
+    "TrustedKey",
     "WriteResult",
 ]
 
@@ -341,13 +342,33 @@ class ImportResult(_Wire):
     kind: str
     sandbox: SandboxInfo | None = None
     snapshot: SnapshotInfo | None = None
+    signer: str | None = None  # the trusted key's name; None for an fs-only untrusted import
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> ImportResult:
         sandbox = data.get("sandbox")
         snapshot = data.get("snapshot")
+        signer = data.get("signer") or {}
         return cls(
             kind=str(data.get("kind", "")),
             sandbox=SandboxInfo.from_wire(sandbox) if sandbox else None,
             snapshot=SnapshotInfo.from_wire(snapshot) if snapshot else None,
+            signer=signer.get("name"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedKey(_Wire):
+    """A signer whose exports this workspace restores with memory (`corral trust add`)."""
+
+    name: str
+    public_key: str
+    created_at: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> TrustedKey:
+        return cls(
+            name=str(data["name"]),
+            public_key=str(data["public_key"]),
+            created_at=float(data.get("created_at", 0.0)),
         )

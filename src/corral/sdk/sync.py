@@ -30,6 +30,7 @@ from corral.sdk.models import (
     SandboxOptions,
     SnapshotInfo,
     TemplateInfo,
+    TrustedKey,
     WriteResult,
 )
 from corral.sdk.process import AsyncProcess, EventCallback, OutputCallback
@@ -362,8 +363,20 @@ class Client:
     def export_snapshot(self, name: str, destination: Destination) -> int:
         return portal().call(self._async.export_snapshot(name, destination))
 
-    def import_file(self, source: Source) -> ImportResult:
-        return portal().call(self._async.import_file(source))
+    def import_file(self, source: Source, *, fs_only: bool = False) -> ImportResult:
+        return portal().call(self._async.import_file(source, fs_only=fs_only))
+
+    def workspace_public_key(self) -> str:
+        return portal().call(self._async.workspace_public_key())
+
+    def trusted_keys(self) -> list[TrustedKey]:
+        return portal().call(self._async.trusted_keys())
+
+    def trust_key(self, name: str, public_key: str) -> TrustedKey:
+        return portal().call(self._async.trust_key(name, public_key))
+
+    def untrust_key(self, name: str) -> None:
+        portal().call(self._async.untrust_key(name))
 
 
 async def _await(opening: _Opening) -> AsyncSandbox:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.network.base import Slot
+from corral.paths import PathEscape, inside
 from corral.runtime.base import RuntimeFailure, RuntimeStatus
 from corral.service.errors import (
     CapacityExceeded,
@@ -69,8 +70,10 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def seal_image(partial: Path, final: Path) -> None:
-    """Mark a fully written image complete and move it into place, durably."""
+def seal_image(partial: Path, final: Path, *, root: Path) -> None:
+    """Mark a fully written image complete and move it into place, durably. Both paths must
+    resolve inside ``root`` (the images' own directory): nothing outside it is ever replaced."""
+    partial, final = inside(root, partial), inside(root, final)
     marker = partial / IMAGE_COMPLETE
     with open(marker, "w") as handle:
         handle.write(f"{time.time()}\n")
@@ -124,7 +127,10 @@ class LifecycleService:
 
     # ---------------------------------------------------------------------------- park
     def _park_paths(self, sandbox_id: str) -> tuple[Path, Path]:
-        return self.parked_dir / f"{sandbox_id}.partial", self.parked_dir / sandbox_id
+        return (
+            inside(self.parked_dir, f"{sandbox_id}.partial"),
+            inside(self.parked_dir, sandbox_id),
+        )
 
     async def _check_park_space(self, record: SandboxRecord) -> None:
         """Refuse a park whose image might not fit, before anything changes."""
@@ -168,7 +174,7 @@ class LifecycleService:
                 await self.sb.fail(sandbox_id, f"parking failed and the sandbox stopped: {exc}")
                 raise OperationFailed(f"parking sandbox {sandbox_id} failed: {exc}") from exc
             self.crash_point("park:after-checkpoint")
-            await asyncio.to_thread(seal_image, partial, final)
+            await asyncio.to_thread(seal_image, partial, final, root=self.parked_dir)
             self.crash_point("park:after-image")
             slot = await self.sb.detach(sandbox_id)
             size = await asyncio.to_thread(image_size_mib, final)
@@ -214,6 +220,10 @@ class LifecycleService:
                     f"cannot wake sandbox {sandbox_id}: its memory image at "
                     f"{record.image_path} is missing or incomplete"
                 )
+            try:
+                image = inside(self.parked_dir, record.image_path or "")
+            except PathEscape as exc:
+                raise OperationFailed(f"cannot wake sandbox {sandbox_id}: {exc}") from exc
             async with self.sb.admission:
                 live = [r for r in self.db.sandboxes.list(states=LIVE_STATES) if r.id != record.id]
                 self.sb.capacity_model.admit(
@@ -226,7 +236,6 @@ class LifecycleService:
                 # From here it reserves cpu and memory like a running sandbox.
                 self.db.sandboxes.update(sandbox_id, state="running", operation="waking")
             self.crash_point("wake:before-restore")
-            image = Path(record.image_path or "")
             try:
                 rootfs = self.sb.rootfs_of(record)
                 await self.sb.boot(record, rootfs, record.env, image_dir=image)
@@ -243,7 +252,7 @@ class LifecycleService:
                 last_active_at=time.time(),
             )
             self.sb.touch(sandbox_id)
-            await asyncio.to_thread(shutil.rmtree, image, True)
+            await asyncio.to_thread(self.sb.remove_image, image)
             log.info("sandbox %s: woken", sandbox_id)
             return record
 
@@ -257,7 +266,7 @@ class LifecycleService:
         """N new sandboxes continuing from the source's current state; the source runs on."""
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be 1..{MAX_FORK}, got {count}")
-        image = self.work_dir / f"fork-{sandbox_id}-{new_sandbox_id()[3:]}"
+        image = inside(self.work_dir, f"fork-{sandbox_id}-{new_sandbox_id()[3:]}")
         async with self.sb.lock(sandbox_id):
             source = self.sb.get(sandbox_id)
             require_state(source, "fork", "running")
@@ -395,7 +404,7 @@ class LifecycleService:
                 # Dropping that image would lose the sandbox's processes.
                 info = await self.runtime.info(record.id)
                 if info.status is RuntimeStatus.STOPPED and info.detail == "checkpointed":
-                    await asyncio.to_thread(seal_image, partial, final)
+                    await asyncio.to_thread(seal_image, partial, final, root=self.parked_dir)
             if image_complete(final):
                 await sb.release_resources(record.id, record.slot_index)
                 self.db.sandboxes.update(
@@ -421,7 +430,7 @@ class LifecycleService:
                 await self.runtime.resume(record.id)
             self.db.sandboxes.update(record.id, operation=None)
             if op == "waking" and record.image_path:
-                shutil.rmtree(record.image_path, ignore_errors=True)
+                self.sb.remove_image(record.image_path)
                 self.db.sandboxes.update(record.id, image_path=None, image_mib=0)
             return True
         await sb.fail(record.id, f"its runtime was {info.status.value} when the daemon restarted")

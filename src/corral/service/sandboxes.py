@@ -32,6 +32,7 @@ from pathlib import Path
 
 from corral.config import Settings
 from corral.network.base import Network, Slot
+from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import (
     AgentMount,
@@ -426,6 +427,25 @@ class SandboxService:
                 raise
             return self.db.sandboxes.update(record.id, state="running", operation=None)
 
+    def injected_python(self) -> builtins.list[str]:
+        """The daemon's own interpreter as injected read-only into every sandbox (``-I -S``):
+        tools run with it never depend on, or trust, the image's programs."""
+        argv = list(self._agent_mount.argv)
+        for i, arg in enumerate(argv):
+            if arg.endswith("/py/bin/python3"):
+                return [*argv[: i + 1], "-I", "-S"]
+        raise OperationFailed("the injected agent has no interpreter to run snapshot tools with")
+
+    def remove_image(self, image_path: Path | str) -> None:
+        """Remove a parked image directory, only if it lies inside the parked dir (a record's
+        stored path is never trusted to name what may be deleted)."""
+        try:
+            target = inside(self.settings.data_dir / "parked", image_path)
+        except PathEscape as exc:
+            log.error("not removing image %s: %s", image_path, exc)
+            return
+        shutil.rmtree(target, ignore_errors=True)
+
     def rootfs_of(self, record: SandboxRecord) -> Path:
         """The root the sandbox's memory was made on: its pinned image, else its template's."""
         pinned = self.templates.rootfs_for(record.id)
@@ -541,7 +561,7 @@ class SandboxService:
             self.db.sandboxes.update(sandbox_id, operation="killing")
             await self.release_resources(sandbox_id, record.slot_index)
             if record.image_path:
-                shutil.rmtree(record.image_path, ignore_errors=True)
+                self.remove_image(record.image_path)
             self.db.sandboxes.update(
                 sandbox_id,
                 state="killed",

@@ -20,13 +20,14 @@ import logging
 import os
 import re
 import shutil
-import stat
 import time
 from pathlib import Path
 from typing import Any
 
+from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import RuntimeFailure
+from corral.service import fs_capture
 from corral.service.errors import (
     CapacityExceeded,
     InvalidRequest,
@@ -51,7 +52,6 @@ FS_ARCHIVE = "files.tar"
 FS_DELETED = "deleted.json"
 RESTORE_TAR = "/tmp/.corral-restore.tar"
 LIST_FILE = "/tmp/.corral-snapshot.list"
-PRUNE = ("/proc", "/sys", "/dev", "/.corral", "/run")
 
 
 def check_name(name: str) -> str:
@@ -63,15 +63,29 @@ def check_name(name: str) -> str:
     return name
 
 
-async def run_collect(client: AgentClient, cmd: list[str], sink: Any, what: str) -> None:
-    """Run ``cmd`` in the sandbox, writing its stdout to ``sink``; raise with its stderr."""
+async def run_collect(
+    client: AgentClient, cmd: list[str], sink: Any, what: str, limit: int | None = None
+) -> None:
+    """Run ``cmd`` in the sandbox, writing its stdout to ``sink``; raise with its stderr. With
+    ``limit``, more than ``limit`` bytes of output kill the process and raise OutputTooLarge."""
     stderr = b""
     exit_code: int | None = None
+    received = 0
+    pid: int | None = None
     try:
         async for event in client.stream_process({"cmd": cmd}):
             kind = event.get("type")
-            if kind == "stdout":
-                await asyncio.to_thread(sink.write, base64.b64decode(event["data"]))
+            if kind == "start":
+                pid = event.get("pid")
+            elif kind == "stdout":
+                data = base64.b64decode(event["data"])
+                received += len(data)
+                if limit is not None and received > limit:
+                    if isinstance(pid, int):
+                        with contextlib.suppress(AgentError):
+                            await client.signal(pid, "SIGKILL")
+                    raise OutputTooLarge(f"{what}: its output passed {limit} bytes")
+                await asyncio.to_thread(sink.write, data)
             elif kind == "stderr":
                 stderr = (stderr + base64.b64decode(event["data"]))[-2000:]
             elif kind == "exit":
@@ -82,6 +96,22 @@ async def run_collect(client: AgentClient, cmd: list[str], sink: Any, what: str)
         raise OperationFailed(
             f"{what}: {cmd[0]} exited {exit_code}: {stderr.decode(errors='replace').strip()}"
         )
+
+
+class OutputTooLarge(InvalidRequest):
+    """A command in the sandbox wrote more than the host would take."""
+
+
+def load_deleted(path: Path) -> list[str]:
+    """An fs snapshot's list of deleted paths: absolute sandbox paths (raw bytes, base64)."""
+    try:
+        items = json.loads(path.read_bytes())
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ValueError("not a list of strings")
+        paths = [os.fsdecode(fs_capture.check_path(base64.b64decode(i))) for i in items]
+    except (ValueError, fs_capture.BadListing) as exc:
+        raise InvalidRequest(f"the snapshot's list of deleted paths is not valid: {exc}") from exc
+    return paths
 
 
 class SnapshotService:
@@ -97,10 +127,19 @@ class SnapshotService:
         for record in self.db.snapshots.list():
             if record.state != "ready" or not image_complete(record.image_path):
                 log.warning("snapshot %s: incomplete after a restart; removing it", record.name)
-                shutil.rmtree(record.image_path, ignore_errors=True)
+                self._remove_image(record.image_path)
                 self.db.snapshots.delete(record.name)
         for partial in self.dir.glob("*.partial"):
-            shutil.rmtree(partial, ignore_errors=True)
+            self._remove_image(partial)
+
+    def _remove_image(self, image_path: Path | str) -> None:
+        """Remove a snapshot image, only if it lies inside the snapshots dir."""
+        try:
+            target = inside(self.dir, image_path)
+        except PathEscape as exc:
+            log.error("not removing snapshot image %s: %s", image_path, exc)
+            return
+        shutil.rmtree(target, ignore_errors=True)
 
     def list(self) -> list[SnapshotRecord]:
         return [s for s in self.db.snapshots.list() if s.state == "ready"]
@@ -114,7 +153,7 @@ class SnapshotService:
     async def remove(self, name: str) -> None:
         record = self.get(name)
         self.db.snapshots.delete(name)
-        await asyncio.to_thread(shutil.rmtree, record.image_path, True)
+        await asyncio.to_thread(self._remove_image, record.image_path)
 
     # ---------------------------------------------------------------------------- take
     async def take(
@@ -136,8 +175,8 @@ class SnapshotService:
             if self.db.snapshots.get(name) is not None:
                 raise StateConflict(f"snapshot {name!r} already exists; remove it or pick another")
             await self._check_space(source, fs_only)
-            partial, final = self.dir / f"{name}.partial", self.dir / name
-            shutil.rmtree(partial, ignore_errors=True)
+            partial, final = inside(self.dir, f"{name}.partial"), inside(self.dir, name)
+            self._remove_image(partial)
             template = self.sb.templates.get(source.template)
             record = SnapshotRecord(
                 name=name,
@@ -162,9 +201,9 @@ class SnapshotService:
                     self.lifecycle.crash_point("snapshot:before-checkpoint")
                     await self.sb.runtime.checkpoint(sandbox_id, partial, leave_running=True)
                 self.lifecycle.crash_point("snapshot:after-checkpoint")
-                await asyncio.to_thread(seal_image, partial, final)
+                await asyncio.to_thread(seal_image, partial, final, root=self.dir)
             except BaseException as exc:
-                shutil.rmtree(partial, ignore_errors=True)
+                self._remove_image(partial)
                 self.db.snapshots.delete(name)
                 if isinstance(exc, RuntimeFailure):
                     raise OperationFailed(f"snapshotting sandbox {sandbox_id}: {exc}") from exc
@@ -193,27 +232,50 @@ class SnapshotService:
 
     async def _capture_files(self, source: SandboxRecord, partial: Path) -> None:
         """Tar the files that differ from the sandbox's image, and list the image's deleted
-        paths: the sandbox lists its files (type, size, mtime) and the host compares them with
-        the image it has on disk."""
+        paths. The sandbox's upper layer lives in gVisor's filestore, which the host cannot read
+        as a tree, so the lists and the tar are made inside the sandbox, by the daemon's own
+        interpreter (injected read-only, see ``fs_capture``), never the image's tools. Their
+        output is bounded and parsed as hostile: the host compares the listing with its own
+        walk of the image and never joins a path from the sandbox onto a host path."""
         client = self.sb.agent(source.id, "snapshot")
         rootfs = self.sb.rootfs_of(source)
+        python = self.sb.injected_python()
         partial.mkdir(parents=True)
-        prune: list[str] = []
-        for path in PRUNE:
-            prune += ["-path", path, "-prune", "-o"]
         what = f"snapshotting the files of sandbox {source.id}"
-        listing = _Collector()
-        find = ["find", "/", "-xdev", *prune, "-printf", "%y %s %T@ %p\\0"]
-        await run_collect(client, find, listing, what + " (this needs GNU find and tar)")
-        entries = [e for e in listing.data.split(b"\0") if e]
-        changed, present = await asyncio.to_thread(_changed_paths, rootfs, entries)
-        deleted = await asyncio.to_thread(_deleted_paths, rootfs, present)
-        (partial / FS_DELETED).write_text(json.dumps(deleted))
+        max_files = self.sb.settings.snapshot_max_files
+        listing = fs_capture.BoundedBuffer()
+        try:
+            await run_collect(
+                client,
+                [*python, "-c", fs_capture.LIST_SCRIPT, str(max_files)],
+                listing,
+                what,
+                limit=fs_capture.listing_limit(max_files),
+            )
+        except OutputTooLarge as exc:
+            raise InvalidRequest(
+                f"cannot snapshot the files of sandbox {source.id}: it holds more than "
+                f"{max_files} files (or its listing passed the limit); remove files or take a "
+                "memory snapshot"
+            ) from exc
+        entries = await asyncio.to_thread(fs_capture.parse_listing, listing.data(), max_files)
+        image = await asyncio.to_thread(fs_capture.walk_image, rootfs)
+        changed, deleted = fs_capture.compare(entries, image)
+        (partial / FS_DELETED).write_text(
+            json.dumps([base64.b64encode(path).decode() for path in deleted])
+        )
+        limit = source.disk_mib * 1024 * 1024 + len(changed) * 2048 + (8 << 20)
         with open(partial / FS_ARCHIVE, "wb") as sink:
             if changed:
                 await client.write_file(LIST_FILE, b"\0".join(changed), mode=0o600, parents=True)
-                tar = ["tar", "--null", "--no-recursion", "-T", LIST_FILE, "-cpf", "-"]
-                await run_collect(client, tar, sink, what)
+                tar = [*python, "-c", fs_capture.TAR_SCRIPT, LIST_FILE]
+                try:
+                    await run_collect(client, tar, sink, what, limit=limit)
+                except OutputTooLarge as exc:
+                    raise InvalidRequest(
+                        f"cannot snapshot the files of sandbox {source.id}: its files came to "
+                        f"more than its {source.disk_mib} MiB disk"
+                    ) from exc
                 with contextlib.suppress(AgentError):
                     await client.remove(LIST_FILE, False)
             sink.flush()
@@ -231,7 +293,7 @@ class SnapshotService:
             request.disk_mib = request.disk_mib or snapshot.disk_mib
             record = await self.sb.create(request)
             try:
-                await self._apply_files(record, Path(snapshot.image_path))
+                await self._apply_files(record, inside(self.dir, snapshot.image_path))
             except BaseException:
                 await self.sb.kill(record.id)
                 raise
@@ -263,7 +325,7 @@ class SnapshotService:
             template,
             image=snapshot.image or template.image,
             env=record.env,
-            image_dir=Path(snapshot.image_path),
+            image_dir=inside(self.dir, snapshot.image_path),
             configure=bool(request.env),
         )
 
@@ -271,81 +333,22 @@ class SnapshotService:
         client = self.sb.agent(record.id, "restore files into")
         what = f"restoring files into sandbox {record.id}"
         archive = image / FS_ARCHIVE
+        deleted = await asyncio.to_thread(load_deleted, image / FS_DELETED)
         if archive.stat().st_size:
             await client.write_file(RESTORE_TAR, _read_chunks(archive), mode=0o600, parents=True)
             await run_collect(
                 client,
-                ["/bin/sh", "-c", f"tar -C / -xpf {RESTORE_TAR} && rm -f {RESTORE_TAR}"],
-                _Collector(),
+                [*self.sb.injected_python(), "-c", fs_capture.EXTRACT_SCRIPT, RESTORE_TAR],
+                fs_capture.BoundedBuffer(),
                 what,
+                limit=1 << 20,
             )
-        for path in json.loads((image / FS_DELETED).read_text()):
+        for path in deleted:
             with contextlib.suppress(AgentError):
-                await client.remove(os.fsdecode(base64.b64decode(path)), True)
-
-
-class _Collector:
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, chunk: bytes) -> None:
-        self.data += chunk
+                await client.remove(path, True)
 
 
 async def _read_chunks(path: Path, size: int = 1 << 20) -> Any:
     with open(path, "rb") as handle:
         while chunk := await asyncio.to_thread(handle.read, size):
             yield chunk
-
-
-def _quote(arg: str) -> str:
-    return "'" + arg.replace("'", "'\\''") + "'"
-
-
-def _changed_paths(rootfs: Path, entries: list[bytes]) -> tuple[list[bytes], set[bytes]]:
-    """From ``find -printf '%y %s %T@ %p'`` lines: the paths that differ from the image (new,
-    another type, size or mtime; new directories too), and every path present."""
-    root = os.fsencode(rootfs)
-    changed: list[bytes] = []
-    present: set[bytes] = set()
-    kinds = {"d": stat.S_ISDIR, "f": stat.S_ISREG, "l": stat.S_ISLNK}
-    for entry in entries:
-        kind, size, mtime, path = entry.split(b" ", 3)
-        present.add(path)
-        try:
-            st = os.lstat(root + path)
-        except OSError:
-            changed.append(path)
-            continue
-        same_kind = kinds.get(kind.decode(), lambda _mode: False)(st.st_mode)
-        differs = kind != b"d" and (
-            int(size) != st.st_size or int(float(mtime)) != int(st.st_mtime)
-        )
-        if not same_kind or differs:
-            changed.append(path)
-    return changed, present
-
-
-def _deleted_paths(rootfs: Path, present: set[bytes]) -> list[str]:
-    """Image paths missing in the sandbox (base64 of the raw bytes), parents before children."""
-    root = os.fsencode(rootfs)
-    deleted: list[str] = []
-    pruned = tuple(os.fsencode(p) for p in PRUNE)
-    for directory, dirs, files in os.walk(root):
-        rel_dir = directory[len(root) :] or b"/"
-        if rel_dir.startswith(pruned):
-            dirs[:] = []
-            continue
-        kept = []
-        for name in dirs:
-            path = os.path.join(rel_dir, name)
-            if path in present:
-                kept.append(name)
-            elif not path.startswith(pruned):
-                deleted.append(base64.b64encode(path).decode())
-        dirs[:] = kept
-        for name in files:
-            path = os.path.join(rel_dir, name)
-            if path not in present:
-                deleted.append(base64.b64encode(path).decode())
-    return deleted

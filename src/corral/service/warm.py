@@ -89,7 +89,7 @@ class WarmService:
                 await self.sb.runtime.checkpoint(record.id, partial, leave_running=False)
 
             def seal() -> Path:
-                seal_image(partial, final)
+                seal_image(partial, final, root=self.sb.settings.data_dir)
                 return final
 
             await self.sb.templates.record_warm_image(names, seal)

@@ -26,6 +26,7 @@ from corral.service.sandboxes import SandboxService
 from corral.service.snapshots import SnapshotService
 from corral.service.templates import TemplateService
 from corral.service.transfer import TransferService
+from corral.service.trust import TrustService
 from corral.service.warm import WarmService
 from corral.storage import Database
 
@@ -48,6 +49,7 @@ class Workspace:
     lifecycle: LifecycleService
     snapshots: SnapshotService
     transfer: TransferService
+    trust: TrustService
     pools: PoolService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -75,6 +77,7 @@ class Workspace:
         snapshots = SnapshotService(sandboxes, lifecycle)
         warm = WarmService(sandboxes, lifecycle)
         pools = PoolService(sandboxes)
+        trust = TrustService(db, settings.signing_key_path)
         sandboxes.pool_hook = pools.claim
         templates.builder.finish = warm.warm
         templates.builder.rollback = templates.forget
@@ -91,7 +94,8 @@ class Workspace:
             files=FileService(sandboxes),
             lifecycle=lifecycle,
             snapshots=snapshots,
-            transfer=TransferService(sandboxes, lifecycle, snapshots),
+            transfer=TransferService(sandboxes, lifecycle, snapshots, trust),
+            trust=trust,
             pools=pools,
         )
 
@@ -128,6 +132,7 @@ class Workspace:
 
     async def start(self) -> None:
         self.api_keys.ensure_admin_key(self.settings.admin_key_path)
+        self.trust.start()
         self.templates.sync()
         await self.snapshots.start()
         await self.lifecycle.start()

@@ -5,6 +5,19 @@ ORM objects, so nothing above the service ever holds a database session.
 """
 
 from corral.storage.db import Database
-from corral.storage.records import ApiKeyRecord, SandboxRecord, SnapshotRecord, TemplateRecord
+from corral.storage.records import (
+    ApiKeyRecord,
+    SandboxRecord,
+    SnapshotRecord,
+    TemplateRecord,
+    TrustedKeyRecord,
+)
 
-__all__ = ["ApiKeyRecord", "Database", "SandboxRecord", "SnapshotRecord", "TemplateRecord"]
+__all__ = [
+    "ApiKeyRecord",
+    "Database",
+    "SandboxRecord",
+    "SnapshotRecord",
+    "TemplateRecord",
+    "TrustedKeyRecord",
+]

@@ -18,6 +18,7 @@ from corral.storage.apikeys import ApiKeyRepository
 from corral.storage.sandboxes import SandboxRepository
 from corral.storage.snapshots import SnapshotRepository
 from corral.storage.templates import TemplateRepository
+from corral.storage.trusted_keys import TrustedKeyRepository
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -51,6 +52,7 @@ class Database:
         self.api_keys = ApiKeyRepository(self._sessions)
         self.templates = TemplateRepository(self._sessions)
         self.snapshots = SnapshotRepository(self._sessions)
+        self.trusted_keys = TrustedKeyRepository(self._sessions)
 
     def _migrate(self) -> None:
         config = Config()

@@ -100,3 +100,12 @@ class SnapshotRecord:
     size_mib: int = 0
     created_at: float = 0.0
     image: str | None = None
+
+
+@dataclass(frozen=True)
+class TrustedKeyRecord:
+    """A trusted signer of exports: ``public_key`` is ``ed25519:<base64 of the raw 32 bytes>``."""
+
+    name: str
+    public_key: str
+    created_at: float

@@ -108,3 +108,13 @@ class TemplatePinRow(Base):
     image: Mapped[str] = mapped_column(Text)
     workdir: Mapped[str | None] = mapped_column(Text, nullable=True)
     user: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
+class TrustedKeyRow(Base):
+    """0005: a public key (``ed25519:<base64>``) whose signed exports are restored with memory."""
+
+    __tablename__ = "trusted_keys"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    public_key: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)

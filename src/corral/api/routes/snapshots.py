@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from corral.api import schemas
@@ -70,8 +70,18 @@ async def export_snapshot(name: str, ws: WorkspaceDep) -> StreamingResponse:
 @router.post(
     "/import", operation_id="import_file", status_code=201, response_model=schemas.ImportResult
 )
-async def import_file(request: Request, ws: WorkspaceDep) -> schemas.ImportResult:
-    record = await ws.transfer.import_file(request.stream())
+async def import_file(
+    request: Request,
+    ws: WorkspaceDep,
+    fs_only: bool = Query(
+        False, description="import an untrusted export's files only (never its memory)"
+    ),
+) -> schemas.ImportResult:
+    imported = await ws.transfer.import_file(request.stream(), fs_only=fs_only)
+    record, signer = imported.record, imported.signer
+    by = schemas.ImportSigner(
+        name=signer.name if signer else None, public_key=signer.public_key if signer else None
+    )
     if isinstance(record, SnapshotRecord):
-        return schemas.ImportResult(kind="snapshot", snapshot=snapshot_schema(record))
-    return schemas.ImportResult(kind="sandbox", sandbox=to_schema(record))
+        return schemas.ImportResult(kind="snapshot", snapshot=snapshot_schema(record), signer=by)
+    return schemas.ImportResult(kind="sandbox", sandbox=to_schema(record), signer=by)
