@@ -109,6 +109,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     "secret_bearing": Conflict,
     "capacity": CapacityError,
     "invalid": InvalidRequest,
+    "too_large": InvalidRequest,
     "exec_failed": ExecFailed,
     "sandbox_unavailable": SandboxUnavailable,
 }
@@ -127,6 +128,7 @@ _BY_STATUS: dict[int, type[APIError]] = {
     403: AuthenticationError,
     404: NotFound,
     409: Conflict,
+    413: InvalidRequest,
     422: InvalidRequest,
     502: SandboxUnavailable,
     503: SandboxUnavailable,

@@ -285,6 +285,7 @@ class TemplateBuilder:
                 config = dataclasses.replace(config, env={**config.env, **plan.base.env})
             if any(step.kind in ("run", "copy", "workdir") for step in plan.steps):
                 (work / "upper").mkdir()
+                (work / "upper").chmod(0o755)  # the view's "/" while building (umask is 077)
                 (work / "work").mkdir()
                 await asyncio.to_thread(
                     mount_overlay,
