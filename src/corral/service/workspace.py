@@ -104,7 +104,10 @@ class Workspace:
 
         check_subnet_free(settings.network_prefix, settings.network_subnet)
         runtime = GVisorRuntime(
-            settings.sandboxes_dir, runsc=settings.runsc, platform=settings.runsc_platform
+            settings.sandboxes_dir,
+            runsc=settings.runsc,
+            platform=settings.runsc_platform,
+            console_kib=settings.console_log_kib,
         )
         network = SlotNetwork(
             prefix=settings.network_prefix, subnet=settings.network_subnet, spare=SPARE_SLOTS
