@@ -23,8 +23,9 @@ PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 
 # Trees below the data dir that hold only the daemon's own files (no image content): every dir
-# and file in them is made private.
-_PRIVATE_TREES = ("parked", "snapshots", "warm", "build-logs", "work", "agent", "store/images")
+# and file in them is made private. Not ``agent/``: the agent's private runtime keeps its modes
+# (its loader and interpreter must stay executable), fenced off by its 0700 parent.
+_PRIVATE_TREES = ("parked", "snapshots", "warm", "build-logs", "work", "store/images")
 
 
 def make_private_dir(path: Path) -> Path:
