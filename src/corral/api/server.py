@@ -89,6 +89,7 @@ def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None
         http=_http_protocol(),
         limit_concurrency=settings.http_limit_concurrency,
         timeout_keep_alive=settings.http_timeout_keep_alive,
+        # The request head's bound under h11; httptools (llhttp) applies its own fixed one.
         h11_max_incomplete_event_size=settings.http_max_head_kib * 1024,
         backlog=settings.http_backlog,
     )
