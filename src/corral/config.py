@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corral.at_rest import make_private_dir
+
 DEFAULT_DATA_DIR = Path("/var/lib/corral")
 DEFAULT_LISTEN = "127.0.0.1:7070"
 
@@ -86,6 +88,19 @@ class Settings(BaseSettings):
     network_subnet: str = "10.200.0.0/16"
     agent_ready_timeout: float = 20.0
     log_level: str = "info"
+
+    # Bounds on what callers and sandboxes send (each refusal says which bound; docs/security.md).
+    max_json_body_kib: int = Field(default=1024, ge=16)  # any JSON request body: HTTP 413 past it
+    max_stdin_chunk_kib: int = Field(default=1024, ge=1)  # one POST .../stdin body
+    max_import_mib: int = Field(default=0, ge=0)  # one import upload; 0 = max_memory + max_disk
+    console_log_kib: int = Field(default=1024, ge=64)  # a sandbox's host console.log (a tmpfs)
+    # The HTTP server: at most this many connections at once (more get 503), idle keep-alive
+    # connections closed after this many seconds, a request head of at most this many KiB, and
+    # the listen backlog.
+    http_limit_concurrency: int = Field(default=1024, ge=16)
+    http_timeout_keep_alive: int = Field(default=5, ge=1)
+    http_max_head_kib: int = Field(default=64, ge=4)
+    http_backlog: int = Field(default=256, ge=16)
     # Crash tests only: the daemon SIGKILLs itself at this named step (e.g. "park:after-image").
     crash_at: str | None = None
 
@@ -128,7 +143,7 @@ class Settings(BaseSettings):
         memory = self.memory_mib or max(256, _host_memory_mib() - self.reserve_memory_mib)
         disk = self.disk_mib
         if not disk:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
+            make_private_dir(self.data_dir)  # 0700 from the first start (see at_rest.py)
             free = shutil.disk_usage(self.data_dir).free // (1024 * 1024)
             disk = max(1024, free - self.reserve_disk_mib)
         return self.model_copy(
@@ -138,5 +153,7 @@ class Settings(BaseSettings):
                 "disk_mib": disk,
                 "max_memory_mib": min(self.max_memory_mib, memory),
                 "max_disk_mib": min(self.max_disk_mib, disk),
+                "max_import_mib": self.max_import_mib
+                or min(self.max_memory_mib, memory) + min(self.max_disk_mib, disk),
             }
         )

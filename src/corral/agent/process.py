@@ -48,6 +48,7 @@ class Process:
         self.pid = child.pid
         self.cmd = cmd
         self.tag = tag
+        self.cost = 0  # its share of the table's bound (argv and tag as JSON), set by the table
         self.started_at = time.time()
         self.ended_at: float | None = None
         self.cond = threading.Condition()
@@ -143,6 +144,11 @@ class Process:
     @property
     def running(self) -> bool:
         return self.exit_seq is None
+
+    def forgettable(self) -> bool:
+        """Finished and followed by nobody: the table may drop it to make room."""
+        with self.cond:
+            return self.exit_seq is not None and not self.followers
 
     def kill_group(self, signum: int, *, timed_out: bool = False) -> bool:
         """Signal the process group; False if the process has already finished."""

@@ -28,6 +28,7 @@ import time
 
 from .errors import ApiError, bad_request
 from .files import resolve_path
+from .jsonio import json_dumps
 from .process import Process
 from .spawn import popen_child, spawn_child
 
@@ -40,6 +41,14 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENV_PREFIX = "CORRAL_AGENT_"
 PIPE_READ = 64 * 1024  # a Linux pipe holds 64 KiB, a bigger read gains nothing
 ORPHAN_POLL = 1.0  # with no child of ours alive, how often to look for re-parented orphans
+# Bounds of the process table (each process also keeps at most process.RETAIN_BYTES of output).
+# A full table first forgets its oldest finished, unfollowed processes; with none to forget a
+# start is refused (413 too_large). The whole process list stays well below what the daemon
+# reads of one answer (16 MiB, runtime/agent_client.py).
+MAX_PROCESSES = 1024  # processes tracked at once, running or finished and not yet forgotten
+MAX_TAG_BYTES = 4096  # a process's tag, as JSON
+MAX_CMD_BYTES = 256 * 1024  # a process's argv (or shell string), as JSON
+MAX_TABLE_BYTES = 8 * 1024 * 1024  # tags and argvs of all tracked processes together, as JSON
 
 
 def parse_signal(value: object) -> int:
@@ -76,6 +85,24 @@ def str_dict(value: object, what: str) -> dict[str, str]:
     return value
 
 
+def _json_size(value: object, what: str, limit: int) -> int:
+    try:
+        size = len(json_dumps(value))
+    except (TypeError, ValueError):
+        raise bad_request(f"{what} must be JSON") from None
+    if size > limit:
+        raise ApiError(
+            413, "too_large", f"{what} is {size} bytes as JSON; at most {limit} bytes are kept"
+        )
+    return size
+
+
+def _close_stdin(proc: Process) -> None:
+    with proc.stdin_lock:
+        if proc.child.stdin is not None:
+            proc.child.stdin.close()
+
+
 def _pwd() -> Any:
     import pwd
 
@@ -85,8 +112,10 @@ def _pwd() -> Any:
 class Agent:
     """The process table, the default environment and the reaper.
 
-    ``lock`` guards ``processes``, ``spawn_generation`` and ``default_env`` and is held across
-    ``Popen`` (see the module docstring); ``reaper_wakeup`` is a condition on the same lock.
+    ``lock`` guards ``processes``, ``table_bytes``, ``spawn_generation`` and ``default_env`` and
+    is held across ``Popen`` (see the module docstring); ``reaper_wakeup`` is a condition on the
+    same lock. Invariant: ``table_bytes`` is the sum of ``Process.cost`` over ``processes``, at
+    most ``MAX_TABLE_BYTES``, and ``len(processes) <= MAX_PROCESSES``.
     """
 
     def __init__(self, env: dict[str, str]) -> None:
@@ -96,6 +125,7 @@ class Agent:
         self.reaper_wakeup = threading.Condition(self.lock)
         self.spawn_generation = 0
         self.processes: dict[int, Process] = {}
+        self.table_bytes = 0
         self.default_env = clean_env(env)
         self.pumps = PumpPool()
         self.deadlines = Deadlines()
@@ -142,10 +172,33 @@ class Agent:
                 raise ApiError(404, "not_found", f"no process with pid {pid}")
             if proc.running:
                 raise ApiError(409, "conflict", f"process {pid} is still running")
-            del self.processes[pid]
-        with proc.stdin_lock:
-            if proc.child.stdin is not None:
-                proc.child.stdin.close()
+            self._remove(proc)
+        _close_stdin(proc)
+
+    def _remove(self, proc: Process) -> None:
+        # Under self.lock.
+        if self.processes.get(proc.pid) is proc:
+            del self.processes[proc.pid]
+            self.table_bytes -= proc.cost
+
+    def _make_room(self, cost: int, program: str) -> list[Process]:
+        """Under self.lock: forget the oldest finished processes nobody follows until one of
+        ``cost`` fits in the table; refuse (413) when it cannot. Returns the forgotten ones."""
+        forgotten: list[Process] = []
+        while len(self.processes) >= MAX_PROCESSES or self.table_bytes + cost > MAX_TABLE_BYTES:
+            victim = next((p for p in self.processes.values() if p.forgettable()), None)
+            if victim is None:
+                raise ApiError(
+                    413,
+                    "too_large",
+                    f"cannot start {program!r}: the sandbox's agent already tracks "
+                    f"{len(self.processes)} running or followed processes "
+                    f"(at most {MAX_PROCESSES}, with {MAX_TABLE_BYTES // 1024} KiB of commands "
+                    "and tags); wait for some to finish, or kill some",
+                )
+            self._remove(victim)
+            forgotten.append(victim)
+        return forgotten
 
     def spawn(self, spec: dict[str, Any], follow: bool) -> tuple[Process, int | None]:
         """Start a process described by a ``POST /processes`` body; attach a follower if asked."""
@@ -160,6 +213,9 @@ class Agent:
             if not (isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd)):
                 raise bad_request("'cmd' must be a non-empty list of strings")
             argv = list(cmd)
+        tag = spec.get("tag")
+        cost = _json_size(argv if shell is None else shell, "'cmd'", MAX_CMD_BYTES)
+        cost += _json_size(tag, "'tag'", MAX_TAG_BYTES)
         extra_env = str_dict(spec.get("env"), "env")
         timeout = spec.get("timeout")
         if timeout is not None and (
@@ -178,6 +234,7 @@ class Agent:
         env.update(extra_env)
         with_stdin = bool(spec.get("stdin"))
         with self.lock:
+            forgotten = self._make_room(cost, program)
             try:
                 child = None
                 if user is None and cwd == self.cwd:
@@ -192,11 +249,19 @@ class Agent:
                 raise ApiError(400, "exec_failed", f"{doing}: {exc.strerror or exc}") from None
             except ValueError as exc:
                 raise ApiError(400, "exec_failed", f"cannot execute {program!r}: {exc}") from None
-            proc = Process(child, argv, spec.get("tag"))
-            self.processes[proc.pid] = proc  # replaces a finished, unforgotten pid twin
+            proc = Process(child, argv, tag)
+            proc.cost = cost
+            twin = self.processes.get(proc.pid)  # a finished, unforgotten process of the same pid
+            if twin is not None:
+                self._remove(twin)
+                forgotten.append(twin)
+            self.processes[proc.pid] = proc
+            self.table_bytes += cost
             fid = proc.attach(-1) if follow else None
             self.spawn_generation += 1
             self.reaper_wakeup.notify()
+        for old in forgotten:
+            _close_stdin(old)
         pipes = [(child.stdout, b"stdout"), (child.stderr, b"stderr")]
         while pipes:
             pipe, kind = pipes[0]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
 
 from corral.api.deps import VerifiedKeys, require_key
 from corral.api.errors import AsciiJSONResponse, install_error_handlers
+from corral.api.limits import BodyLimits, BodyRule
 from corral.api.routes import (
     files,
     health,
@@ -19,7 +23,11 @@ from corral.api.routes import (
     trust,
     workspace,
 )
+from corral.config import Settings
 from corral.service.workspace import Workspace
+
+KIB = 1024
+MIB = 1024 * 1024
 
 
 def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
@@ -41,12 +49,61 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
         summary="Self-hosted sandboxes for AI agents",
         lifespan=lifespan,
         default_response_class=AsciiJSONResponse,
+        # The interactive docs answer only with a key (below); /openapi.json stays open.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.workspace = ws
     app.state.verified_keys = VerifiedKeys()
     install_error_handlers(app)
+    add_body_limits(app, ws.settings)
     app.include_router(health.router)
     authed = [Depends(require_key)]
     for module in (workspace, templates, sandboxes, processes, files, snapshots, trust):
         app.include_router(module.router, dependencies=authed)
+    app.include_router(docs_router(app), dependencies=authed)
     return app
+
+
+def add_body_limits(app: FastAPI, settings: Settings) -> None:
+    """Bound every request body (see ``api/limits.py``); the limits are the settings'."""
+    sandbox = r"/v1/sandboxes/[^/]+"
+    rules = [
+        BodyRule(
+            "PUT",
+            re.compile(sandbox + "/files/content"),
+            settings.max_disk_mib * MIB,
+            "a file write (the largest sandbox disk)",
+            streamed=True,
+        ),
+        BodyRule(
+            "POST",
+            re.compile("/v1/import"),
+            (settings.max_import_mib or settings.max_memory_mib + settings.max_disk_mib) * MIB,
+            "an import upload",
+            streamed=True,
+        ),
+        BodyRule(
+            "POST",
+            re.compile(sandbox + "/processes/[^/]+/stdin"),
+            settings.max_stdin_chunk_kib * KIB,
+            "one stdin write",
+        ),
+    ]
+    app.add_middleware(BodyLimits, rules=rules, default=settings.max_json_body_kib * KIB)
+
+
+def docs_router(app: FastAPI) -> APIRouter:
+    """``/docs`` (Swagger UI) and ``/redoc``, which need the key like every other page."""
+    router = APIRouter(include_in_schema=False)
+    openapi_url = app.openapi_url or "/openapi.json"
+
+    @router.get("/docs")
+    async def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=openapi_url, title=f"{app.title} - Swagger UI")
+
+    @router.get("/redoc")
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url=openapi_url, title=f"{app.title} - ReDoc")
+
+    return router

@@ -37,6 +37,7 @@ STATUS_BY_CODE = {
     "conflict": 409,
     "secret_bearing": 409,
     "capacity": 409,
+    "too_large": 413,
     "exec_failed": 400,
     "sandbox_unavailable": 503,
     "internal": 500,
@@ -65,7 +66,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "invalid", 401: "unauthorized"}.get(
+        code = {404: "not_found", 405: "invalid", 401: "unauthorized", 413: "too_large"}.get(
             exc.status_code, "invalid"
         )
         return error_response(exc.status_code, code, str(exc.detail))

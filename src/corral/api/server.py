@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import uvicorn
 
 from corral.api.app import create_app
+from corral.at_rest import DAEMON_UMASK
 from corral.config import Settings
 from corral.service.workspace import Workspace
 
@@ -58,6 +60,8 @@ def _http_protocol() -> str:
 
 
 def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None:
+    # Everything the daemon creates from here on is root's alone (see corral.at_rest).
+    os.umask(DAEMON_UMASK)
     overrides: dict[str, object] = {}
     if data_dir is not None:
         overrides["data_dir"] = Path(data_dir)
@@ -83,6 +87,11 @@ def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None
         access_log=False,
         timeout_graceful_shutdown=10,
         http=_http_protocol(),
+        limit_concurrency=settings.http_limit_concurrency,
+        timeout_keep_alive=settings.http_timeout_keep_alive,
+        # The request head's bound under h11; httptools (llhttp) applies its own fixed one.
+        h11_max_incomplete_event_size=settings.http_max_head_kib * 1024,
+        backlog=settings.http_backlog,
     )
     server = uvicorn.Server(config)
     server.run()

@@ -323,6 +323,9 @@ class ContentStore:
                 else:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.touch()
+                # The sandbox sees these modes: explicit, whatever the daemon's umask (077).
+                for part in (target, *target.relative_to(work).parents):
+                    (work / part).chmod(0o755 if (work / part).is_dir() else 0o644)
             stub.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.replace(work, stub)
         return str(stub)

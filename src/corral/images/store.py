@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from corral.at_rest import make_private_dir
+
 BASE_PACKAGES = ("python3-minimal", "procps", "ca-certificates", "coreutils")
 DEBIAN_SUITE = "bookworm"
 
@@ -74,6 +76,7 @@ class ImageStore:
 
     def build_base(self, name: str = "base", progress: Progress = print) -> Path:
         """debootstrap a Debian minbase root with python3 into the store (idempotent)."""
+        make_private_dir(self.images_dir)  # host-wide, yet root's alone: 0700 (see at_rest.py)
         existing = self.rootfs(name)
         if existing:
             progress(f"image {name!r} already built at {existing}")

@@ -1,8 +1,8 @@
 """The runtime mechanism: boots, checkpoints, restores and destroys isolated sandboxes.
 
 ``Runtime`` is the protocol (``base.py``); ``GVisorRuntime`` runs sandboxes under gVisor's runsc;
-``FakeRuntime`` is an in-memory stand-in for unit tests; ``build_agent_mount`` lays out the host's
-interpreter and the agent for injection into a sandbox.
+``FakeRuntime`` is an in-memory stand-in for unit tests; ``build_agent_mount`` lays out a private
+copy of what the agent needs of the host's interpreter, and the agent, for injection.
 """
 
 from .base import (

@@ -39,6 +39,10 @@ _TRANSFER_TIMEOUT = httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=30.0
 _FOLLOW_TIMEOUT = httpx.Timeout(connect=5.0, read=None, write=60.0, pool=30.0)
 _READY_POLL = 0.002  # a refused connect costs ~0.2 ms; the agent starts in ~100 ms
 _FILE_CHUNK = 1024 * 1024
+# The most the daemon holds of one answer: a JSON answer, an error body, one NDJSON event line.
+# The agent's largest answer, its process list, stays below it (agent/processes.py bounds the
+# table); a bigger one is refused, never buffered.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class AgentError(Exception):
@@ -114,6 +118,33 @@ class AgentClient:
 
     # -- plumbing ----------------------------------------------------------------------------
 
+    @staticmethod
+    def _too_large(doing: str, what: str) -> AgentError:
+        return AgentError(
+            f"{doing}: {what} passed {MAX_ANSWER_BYTES // (1024 * 1024)} MiB; refused",
+            code="too_large",
+            status=502,
+        )
+
+    async def _read_capped(self, response: httpx.Response, doing: str) -> httpx.Response:
+        """The answer with its body read, refusing one over ``MAX_ANSWER_BYTES``."""
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+            raise self._too_large(doing, "the agent's answer")
+        if response.is_stream_consumed:  # a transport that handed over the answer read whole
+            if len(response.content) > MAX_ANSWER_BYTES:
+                raise self._too_large(doing, "the agent's answer")
+            return response
+        parts, size = [], 0
+        async for chunk in response.aiter_raw():
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise self._too_large(doing, "the agent's answer")
+            parts.append(chunk)
+        return httpx.Response(
+            response.status_code, headers=response.headers, content=b"".join(parts)
+        )
+
     def _unavailable(self, doing: str, exc: Exception) -> AgentUnavailable:
         detail = str(exc) or type(exc).__name__
         return AgentUnavailable(f"{doing}: agent at {self.base_url} unavailable: {detail}")
@@ -140,9 +171,10 @@ class AgentClient:
         **kwargs: Any,
     ) -> httpx.Response:
         try:
-            response = await self._http.request(
+            async with self._http.stream(
                 method, url, timeout=timeout or _UNARY_TIMEOUT, **kwargs
-            )
+            ) as streamed:
+                response = await self._read_capped(streamed, doing)
         except httpx.TransportError as exc:
             raise self._unavailable(doing, exc) from exc
         if response.status_code >= 400:
@@ -155,14 +187,15 @@ class AgentClient:
         try:
             async with self._http.stream(method, url, timeout=_FOLLOW_TIMEOUT, **kwargs) as resp:
                 if resp.status_code >= 400:
-                    await resp.aread()
-                    raise self._error(doing, resp)
+                    raise self._error(doing, await self._read_capped(resp, doing))
                 pending = b""
                 async for chunk in resp.aiter_raw():
                     if pending:
                         chunk = pending + chunk
                     lines = chunk.split(b"\n")
                     pending = lines.pop()
+                    if len(pending) > MAX_ANSWER_BYTES:
+                        raise self._too_large(doing, "one event of the agent's stream")
                     for line in lines:
                         if line:
                             yield json.loads(line)
@@ -189,9 +222,10 @@ class AgentClient:
                     f" (last error: {last})"
                 )
             try:
-                response = await self._http.get(
-                    "/health", timeout=httpx.Timeout(min(remaining, 1.0))
-                )
+                async with self._http.stream(
+                    "GET", "/health", timeout=httpx.Timeout(min(remaining, 1.0))
+                ) as streamed:
+                    response = await self._read_capped(streamed, "checking health")
             except httpx.TransportError as exc:
                 last = exc
             else:
@@ -277,8 +311,7 @@ class AgentClient:
         try:
             async with self._http.stream("GET", url, timeout=_TRANSFER_TIMEOUT) as response:
                 if response.status_code >= 400:
-                    await response.aread()
-                    raise self._error(doing, response)
+                    raise self._error(doing, await self._read_capped(response, doing))
                 empty = True
                 async for chunk in response.aiter_raw(_FILE_CHUNK):
                     empty = False

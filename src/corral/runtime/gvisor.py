@@ -3,7 +3,8 @@
 One sandbox = one runsc container at a time (a new one, a new *generation*, after every restore),
 a loop-mounted ext4 disk backing gVisor's root overlay, and cgroups made by runsc from the OCI
 spec. Host layout and the state record: ``layout.py``; spec rendering: ``bundle.py``; the disk:
-``disk.py``; the runsc command line: ``runsc.py``; agent injection: ``inject.py``.
+``disk.py``; the bounded console log: ``console.py``; the runsc command line: ``runsc.py``; agent
+injection: ``inject.py``.
 
 Locking: none inside. The service serializes calls for one sandbox; calls for different sandboxes
 touch disjoint files (runsc locks its own state).
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec
 from .bundle import render_config, write_config
 from .cgroups import SandboxCgroups
+from .console import ConsoleError, mount_console, trim_console, unmount_console
 from .disk import DiskError, create_disk, disk_used_mib, remove_disk
 from .host_commands import CommandError
 from .layout import SandboxPaths, SandboxRecord, is_container_of, valid_sandbox_id
@@ -43,7 +45,7 @@ _STATUS = {
 Undo = Callable[[], Awaitable[None]]
 RunscAction = Callable[[str], Awaitable[None]]
 _MAX_SOCKET_PATH = 107
-_FAILURES = (RunscError, DiskError, CommandError, OSError, ValueError)
+_FAILURES = (RunscError, DiskError, ConsoleError, CommandError, OSError, ValueError)
 
 
 class GVisorRuntime:
@@ -67,8 +69,10 @@ class GVisorRuntime:
         command_timeout: float = 60.0,
         subreaper: bool = True,
         state_dir: Path | None = None,
+        console_kib: int = 1024,
     ) -> None:
         self.root_dir = Path(root_dir)
+        self.console_kib = console_kib
         # runsc's sockets live under its --root and a socket path holds at most 107 bytes, so
         # the state dir is a short path of its own (keyed by the sandboxes dir), not below it.
         if state_dir is None:
@@ -122,7 +126,9 @@ class GVisorRuntime:
 
     async def info(self, sandbox_id: str) -> RuntimeInfo:
         reap_adopted_zombies()
-        record = self.paths(sandbox_id).load()
+        paths = self.paths(sandbox_id)
+        trim_console(paths.console_log, self.console_kib)  # the service asks every few seconds
+        record = paths.load()
         if record is None:
             return RuntimeInfo(RuntimeStatus.MISSING)
         if record.checkpointed:
@@ -288,7 +294,9 @@ class GVisorRuntime:
         write_config(paths.bundle, config)
         network = NetworkMode(spec.netns_path)
         overlay = None if spec.writable_root else paths.disk_mount(gen)
+        await mount_console(paths.console_dir, self.console_kib)
         log = paths.console_log
+        trim_console(log, self.console_kib)  # room for runsc's own errors
         if image_dir is None:
             await self._runsc.run(
                 cid, paths.bundle, network=network, overlay_dir=overlay, log_path=log
@@ -326,6 +334,7 @@ class GVisorRuntime:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
+        await unmount_console(paths.console_dir)
         if _has_mount_below(paths.dir):
             raise DiskError(f"something is still mounted below {paths.dir}")
         shutil.rmtree(paths.dir, ignore_errors=True)

@@ -1,17 +1,17 @@
 """Injecting the in-sandbox agent: the daemon's own Python, bind-mounted read-only.
 
-The agent depends on nothing in the image (a busybox-only image works). The host's interpreter,
-its standard library, its shared libpython (if built shared, as pyenv builds are), the host's C
-libraries and dynamic loader, and the agent script are bind-mounted read-only under ``/.corral``::
+The agent depends on nothing in the image (a busybox-only image works). A private copy of what it
+needs of the host (``agent_root.py``: the interpreter, the stdlib modules the agent imports, the
+shared libraries they link, the loader) and the agent script are bind-mounted read-only under
+``/.corral``; nothing else of the host (no site-packages, no host library dir) is visible::
 
-    /.corral/ld.so                      the host's dynamic loader (PT_INTERP of the interpreter)
-    /.corral/lib, /.corral/lib2, ...    host library dirs (/lib/<multiarch>, /usr/lib/<multiarch>)
+    /.corral/ld.so                      the loader (PT_INTERP of the interpreter)
+    /.corral/lib/                       the shared libraries (libpython when shared, libc, ...)
     /.corral/py/bin/python3             the interpreter binary
-    /.corral/py/lib/python3.X/          the stdlib with lib-dynload (the prefix landmark os.py)
-    /.corral/py/lib/libpython3.X.so.1.0 the shared libpython, when there is one
+    /.corral/py/lib/python3.X/          the stdlib subset (with the prefix landmark os.py)
     /.corral/agent/agent.py             the agent: the ``corral.agent`` modules in one .pyc
 
-and the agent runs as ``/.corral/ld.so --library-path <dirs> /.corral/py/bin/python3 -I -S
+and the agent runs as ``/.corral/ld.so --library-path /.corral/lib /.corral/py/bin/python3 -I -S
 /.corral/agent/agent.py``. Python finds its prefix ``/.corral/py`` from the landmark
 ``lib/python3.X/os.py`` next to its ``bin``. The loader's ``--library-path`` applies to the agent
 only: its children exec the image's own programs with the image's own libc (no LD_LIBRARY_PATH).
@@ -29,11 +29,12 @@ import importlib.util
 import marshal
 import os
 import struct
+import subprocess
 import sys
-import sysconfig
 import types
 from pathlib import Path
 
+from .agent_root import AgentRootError, build_agent_root, stdlib_of
 from .base import AgentMount
 
 __all__ = ["PREFIX", "InjectError", "build_agent_mount", "elf_interpreter", "host_agent_mount"]
@@ -162,67 +163,48 @@ def build_agent_mount(
     """Lay out this process's interpreter and the agent for injection into a sandbox.
 
     ``agent_path`` is the agent package (by default ``corral.agent``), built into one bytecode
-    file in ``compiled_dir`` by ``compile_agent``, or a single file mounted as it is.
+    file in ``compiled_dir`` by ``compile_agent``, or a single file mounted as it is. The
+    interpreter, the stdlib modules the agent imports and the libraries they link are copied into
+    a private root under ``compiled_dir`` (``agent_root.py``); nothing else of the host is bound.
     """
+    if compiled_dir is None:
+        raise InjectError("injecting the agent needs a directory for its private runtime")
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     base_prefix = Path(sys.base_prefix)
     python = _interpreter_binary(base_prefix, version)
-    stdlib = Path(sysconfig.get_path("stdlib", vars={"installed_base": str(base_prefix)}))
+    stdlib = stdlib_of(base_prefix)
     if not (stdlib / "os.py").exists():
         raise InjectError(f"no standard library at {stdlib}")
     agent = (agent_path or _default_agent_path()).resolve()
     if agent.is_dir():
-        if compiled_dir is None:
-            raise InjectError(f"the agent package {agent} needs a directory to be built in")
         source = compile_agent(agent, compiled_dir)
     elif agent.is_file():
         source = agent
     else:
         raise InjectError(f"agent {agent} does not exist")
-
-    py_lib = f"{PREFIX}/py/lib"
-    mounts: list[tuple[str, str]] = [
-        (str(python), f"{PREFIX}/py/bin/python3"),
-        (str(stdlib.resolve()), f"{py_lib}/python{version}"),
-    ]
-    library_path = [py_lib]
-    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
-        soname = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY")
-        libdir = sysconfig.get_config_var("LIBDIR")
-        libpython = Path(libdir or "", soname or "")
-        if soname and libpython.is_file():
-            mounts.append((str(libpython.resolve()), f"{py_lib}/{soname}"))
-
-    multiarch = sysconfig.get_config_var("MULTIARCH") or f"{os.uname().machine}-linux-gnu"
-    host_lib_dirs: list[str] = []
-    for candidates in ((f"/lib/{multiarch}", f"/usr/lib/{multiarch}"), ("/lib64", "/usr/lib64")):
-        for candidate in candidates:  # Debian-style multiarch dirs, else RHEL-style lib64
-            real = os.path.realpath(candidate)
-            if os.path.isdir(real) and real not in host_lib_dirs:
-                host_lib_dirs.append(real)
-        if host_lib_dirs:
-            break
-    for i, host_dir in enumerate(host_lib_dirs):
-        dest = f"{PREFIX}/lib" if i == 0 else f"{PREFIX}/lib{i + 1}"
-        mounts.append((host_dir, dest))
-        library_path.append(dest)
-
-    interp = elf_interpreter(python)
-    if interp is None:
+    if elf_interpreter(python) is None:
         raise InjectError(f"{python} is statically linked; inject it without a loader")
-    mounts.append((os.path.realpath(interp), f"{PREFIX}/ld.so"))
-    mounts.append((str(source), f"{PREFIX}/agent/agent.py"))
+    try:
+        root = build_agent_root(python, stdlib, agent, compiled_dir)
+    except (AgentRootError, OSError, subprocess.SubprocessError) as exc:
+        raise InjectError(f"laying out the agent's runtime from {python}: {exc}") from exc
 
+    mounts: tuple[tuple[str, str], ...] = (
+        (str(root.loader), f"{PREFIX}/ld.so"),
+        (str(root.lib), f"{PREFIX}/lib"),
+        (str(root.py), f"{PREFIX}/py"),
+        (str(source), f"{PREFIX}/agent/agent.py"),
+    )
     argv = (
         f"{PREFIX}/ld.so",
         "--library-path",
-        ":".join(library_path),
+        f"{PREFIX}/lib",
         f"{PREFIX}/py/bin/python3",
         "-I",
         "-S",
         f"{PREFIX}/agent/agent.py",
     )
-    return AgentMount(mounts=tuple(mounts), argv=argv)
+    return AgentMount(mounts=mounts, argv=argv)
 
 
 def host_agent_mount(compiled_dir: Path) -> AgentMount:

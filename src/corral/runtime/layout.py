@@ -7,7 +7,8 @@
         bundle/config.json  the OCI spec of the current generation
         disk-NNNN.img       the sparse ext4 image of generation NNNN
         disk-NNNN/          its mount point, given to runsc as the overlay's backing dir
-        console.log         the agent's stdout/stderr and runsc's own errors (O_APPEND)
+        console/            a small tmpfs of its own (bounds the log; ``console.py``)
+            console.log     the agent's stdout/stderr and runsc's own errors (O_APPEND)
     /run/corral/<key>/      runsc's --root (state files, sockets; short: sun_path is 107 bytes)
     <root_dir>/.debug/      runsc debug logs when debugging is on
 
@@ -81,8 +82,12 @@ class SandboxPaths:
         return self.dir / "bundle"
 
     @property
+    def console_dir(self) -> Path:
+        return self.dir / "console"
+
+    @property
     def console_log(self) -> Path:
-        return self.dir / "console.log"
+        return self.console_dir / "console.log"
 
     def disk_image(self, generation: int) -> Path:
         return self.dir / f"disk-{generation:04d}.img"

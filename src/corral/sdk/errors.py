@@ -117,6 +117,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     "capacity": CapacityError,
     "invalid": InvalidRequest,
     "untrusted": UntrustedExport,
+    "too_large": InvalidRequest,
     "exec_failed": ExecFailed,
     "sandbox_unavailable": SandboxUnavailable,
 }
@@ -135,6 +136,7 @@ _BY_STATUS: dict[int, type[APIError]] = {
     403: AuthenticationError,
     404: NotFound,
     409: Conflict,
+    413: InvalidRequest,
     422: InvalidRequest,
     502: SandboxUnavailable,
     503: SandboxUnavailable,

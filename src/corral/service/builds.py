@@ -303,6 +303,7 @@ class TemplateBuilder:
                 disk_made = True
                 await create_disk(disk_image, disk, resources.disk_mib)
                 (disk / "upper").mkdir()
+                (disk / "upper").chmod(0o755)  # the view's "/" while building (umask is 077)
                 (disk / "work").mkdir()
                 await asyncio.to_thread(
                     mount_overlay,

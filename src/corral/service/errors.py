@@ -5,6 +5,7 @@ CorralError                 code        meaning
 ├── InvalidRequest          invalid     the request itself is wrong (bad resources, bad path)
 ├── StateConflict           conflict    the sandbox's state does not allow the action
 ├── CapacityExceeded        capacity    over a ceiling or over the workspace's free capacity
+├── TooLarge                too_large   a request body (or a write) over its size bound
 ├── ExecFailed              exec_failed the command could not be started in the sandbox
 ├── SandboxUnavailable      sandbox_unavailable  the sandbox's agent cannot be reached
 ├── Unauthorized            unauthorized         missing or wrong API key
@@ -40,6 +41,10 @@ class StateConflict(CorralError):
 
 class CapacityExceeded(CorralError):
     code = "capacity"
+
+
+class TooLarge(CorralError):
+    code = "too_large"
 
 
 class ExecFailed(CorralError):

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from corral.runtime.agent_client import AgentError
-from corral.service.errors import CorralError, InvalidRequest
+from corral.service.errors import CorralError, InvalidRequest, TooLarge
 from corral.service.sandboxes import SandboxService, translate_agent_error
 
 
@@ -20,6 +20,21 @@ def check_path(path: str) -> str:
     if "\0" in path:
         raise InvalidRequest("path must not contain NUL bytes")
     return path
+
+
+MIB = 1024 * 1024
+
+
+async def _bounded(data: AsyncIterable[bytes], limit: int, sandbox_id: str) -> AsyncIterator[bytes]:
+    seen = 0
+    async for chunk in data:
+        seen += len(chunk)
+        if seen > limit:
+            raise TooLarge(
+                f"a file write to sandbox {sandbox_id} passed the size of its disk "
+                f"({limit // MIB} MiB); nothing was written"
+            )
+        yield chunk
 
 
 class FileService:
@@ -61,11 +76,26 @@ class FileService:
         data: AsyncIterable[bytes],
         mode: int | None,
         parents: bool,
+        size: int | None = None,
     ) -> dict[str, Any]:
+        """Stream ``data`` into ``path``. Bounded by the sandbox's disk: a declared ``size``
+        over its free disk is refused before anything is sent, and a stream is cut off (and the
+        write abandoned, the file untouched) once it passes the disk's size."""
         client = await self._sandboxes.ready_agent(sandbox_id, "write files of")
+        disk = self._sandboxes.get(sandbox_id).disk_mib * MIB
+        if size is not None:
+            used = await self._sandboxes.runtime.disk_usage_mib(sandbox_id) * MIB
+            if size > disk - used:
+                raise TooLarge(
+                    f"writing {size} bytes to {path!r} in sandbox {sandbox_id}: only "
+                    f"{max(0, disk - used) // MIB} MiB of its {disk // MIB} MiB disk are free; "
+                    "free some space or create the sandbox with a larger disk"
+                )
         try:
             with self._sandboxes.busy(sandbox_id):
-                return await client.write_file(check_path(path), data, mode=mode, parents=parents)
+                return await client.write_file(
+                    check_path(path), _bounded(data, disk, sandbox_id), mode=mode, parents=parents
+                )
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
 

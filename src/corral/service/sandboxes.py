@@ -52,6 +52,7 @@ from corral.service.errors import (
     OperationFailed,
     SandboxUnavailable,
     StateConflict,
+    TooLarge,
 )
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, TemplateRecord
@@ -654,6 +655,8 @@ def translate_agent_error(sandbox_id: str, exc: AgentError) -> CorralError:
         return InvalidRequest(message, code=code)
     if code == "conflict":
         return StateConflict(message)
+    if code == "too_large":
+        return TooLarge(message)
     if code == "permission_denied":
         return InvalidRequest(message, code=code)
     return OperationFailed(message)

@@ -11,6 +11,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from corral.at_rest import secure_data_dir
 from corral.config import Settings
 from corral.images import ImageStore
 from corral.network.base import Network, Slot
@@ -62,7 +63,7 @@ class Workspace:
         agent: AgentMount,
         connect_agent: Callable[[str, Slot], AgentClient] | None = None,
     ) -> Workspace:
-        settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secure_data_dir(settings.data_dir)
         db = Database(settings.db_path)
         images = ImageStore(settings.images_dir)
         templates = TemplateService(db, images, settings)
@@ -109,7 +110,10 @@ class Workspace:
 
         check_subnet_free(settings.network_prefix, settings.network_subnet)
         runtime = GVisorRuntime(
-            settings.sandboxes_dir, runsc=settings.runsc, platform=settings.runsc_platform
+            settings.sandboxes_dir,
+            runsc=settings.runsc,
+            platform=settings.runsc_platform,
+            console_kib=settings.console_log_kib,
         )
         network = SlotNetwork(
             prefix=settings.network_prefix, subnet=settings.network_subnet, spare=SPARE_SLOTS

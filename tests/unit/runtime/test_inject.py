@@ -21,32 +21,70 @@ def agent(tmp_path: Path) -> Path:
     return path
 
 
-def test_layout_lets_python_find_its_prefix(agent: Path) -> None:
-    mount = build_agent_mount(agent)
+def test_layout_lets_python_find_its_prefix(agent: Path, tmp_path: Path) -> None:
+    mount = build_agent_mount(agent, compiled_dir=tmp_path / "rt")
     dest = {d: s for s, d in mount.mounts}
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    assert (Path(dest[f"/.corral/py/lib/{version}"]) / "os.py").exists()  # the prefix landmark
-    assert (Path(dest[f"/.corral/py/lib/{version}"]) / "lib-dynload").is_dir()
+    py_lib = Path(dest["/.corral/py"]) / "lib" / version
+    assert (py_lib / "os.py").exists()  # the prefix landmark
+    assert (py_lib / "lib-dynload").is_dir()
+    assert (Path(dest["/.corral/py"]) / "bin" / "python3").is_file()
     assert dest["/.corral/agent/agent.py"] == str(agent)
     assert Path(dest["/.corral/ld.so"]).exists()
     assert all(Path(source).exists() for source, _ in mount.mounts)
 
 
-def test_argv_runs_the_agent_through_the_host_loader(agent: Path) -> None:
-    argv = build_agent_mount(agent).argv
-    assert argv[:2] == ("/.corral/ld.so", "--library-path")
-    assert argv[2].split(":")[0] == "/.corral/py/lib"
-    assert "/.corral/lib" in argv[2].split(":")
+def test_only_a_private_copy_of_what_the_agent_imports_is_bound(tmp_path: Path) -> None:
+    mount = build_agent_mount(compiled_dir=tmp_path / "rt")
+    sources = [Path(s) for s, _ in mount.mounts]
+    assert all(s.is_relative_to(tmp_path / "rt") for s in sources)  # nothing of the host itself
+    py = {d: Path(s) for s, d in mount.mounts}["/.corral/py"]
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    py_lib = py / "lib" / version
+    assert not list(py.rglob("site-packages")) and not list(py.rglob("dist-packages"))
+    assert (py_lib / "subprocess.py").is_file() and (py_lib / "encodings").is_dir()
+    assert not (py_lib / "tkinter").exists() and not (py_lib / "asyncio").exists()
+    libs = {p.name for p in ({d: Path(s) for s, d in mount.mounts}["/.corral/lib"]).iterdir()}
+    assert "libc.so.6" in libs and len(libs) < 20
+    # Built once: a second daemon start reuses the same root.
+    assert build_agent_mount(compiled_dir=tmp_path / "rt").mounts == mount.mounts
+
+
+def test_the_private_copy_runs_the_agents_imports(tmp_path: Path) -> None:
+    mount = build_agent_mount(compiled_dir=tmp_path / "rt")
+    dest = {d: s for s, d in mount.mounts}
+    imports = "import subprocess, pwd, shutil, signal, traceback, json, ctypes, _socket"
+    out = subprocess.run(
+        [
+            dest["/.corral/ld.so"],
+            "--library-path",
+            dest["/.corral/lib"],
+            str(Path(dest["/.corral/py"]) / "bin" / "python3"),
+            "-I",
+            "-S",
+            "-c",
+            imports + "; import sys; print(sys.prefix)",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert (out.returncode, out.stdout.strip()) == (0, dest["/.corral/py"]), out.stderr
+
+
+def test_argv_runs_the_agent_through_the_host_loader(agent: Path, tmp_path: Path) -> None:
+    argv = build_agent_mount(agent, compiled_dir=tmp_path).argv
+    assert argv[:3] == ("/.corral/ld.so", "--library-path", "/.corral/lib")
     assert argv[3:] == ("/.corral/py/bin/python3", "-I", "-S", "/.corral/agent/agent.py")
 
 
-def test_no_library_path_leaks_into_the_environment(agent: Path) -> None:
-    assert dict(build_agent_mount(agent).env).get("LD_LIBRARY_PATH") is None
+def test_no_library_path_leaks_into_the_environment(agent: Path, tmp_path: Path) -> None:
+    assert dict(build_agent_mount(agent, compiled_dir=tmp_path).env).get("LD_LIBRARY_PATH") is None
 
 
 def test_missing_agent_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InjectError, match="does not exist"):
-        build_agent_mount(tmp_path / "nope.py")
+        build_agent_mount(tmp_path / "nope.py", compiled_dir=tmp_path)
 
 
 def test_elf_interpreter_of_this_python() -> None:
@@ -92,7 +130,7 @@ def test_agent_package_runs_as_one_bytecode_file_under_its_script_name(tmp_path:
 
 
 def test_agent_package_needs_a_build_directory(tmp_path: Path) -> None:
-    with pytest.raises(InjectError, match="built"):
+    with pytest.raises(InjectError, match="directory"):
         build_agent_mount(_package(tmp_path, "x"))
 
 

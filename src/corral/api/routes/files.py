@@ -30,7 +30,9 @@ async def write_file(
     mode: int | None = None,
     parents: bool = True,
 ) -> schemas.WriteResult:
-    result = await files.write(sandbox_id, path, request.stream(), mode, parents)
+    declared = request.headers.get("content-length")
+    size = int(declared) if declared and declared.isdigit() else None
+    result = await files.write(sandbox_id, path, request.stream(), mode, parents, size)
     return schemas.WriteResult(**result)
 
 
