@@ -56,13 +56,18 @@ class LocalAgentRuntime:
             CORRAL_AGENT_PORT=str(port),
             PATH=os.environ.get("PATH", "/usr/bin:/bin"),
         )
-        self.processes[spec.sandbox_id] = subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-I", "-S", str(AGENT_PATH)],
             env=env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        assert process.stdin is not None
+        process.stdin.write(f"{spec.agent_key or ''}\n".encode())  # as runsc's stdin pipe does
+        process.stdin.close()
+        self.processes[spec.sandbox_id] = process
         self.ports[spec.sandbox_id] = port
 
     async def info(self, sandbox_id: str) -> RuntimeInfo:

@@ -290,8 +290,14 @@ class GVisorRuntime:
         overlay = None if spec.writable_root else paths.disk_mount(gen)
         log = paths.console_log
         if image_dir is None:
+            key = None if spec.agent_key is None else f"{spec.agent_key}\n".encode()
             await self._runsc.run(
-                cid, paths.bundle, network=network, overlay_dir=overlay, log_path=log
+                cid,
+                paths.bundle,
+                network=network,
+                overlay_dir=overlay,
+                log_path=log,
+                stdin_data=key,
             )
         else:
             await self._runsc.restore(

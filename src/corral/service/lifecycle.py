@@ -154,7 +154,7 @@ class LifecycleService:
             self.db.sandboxes.update(sandbox_id, operation="parking")
             self.crash_point("park:before-checkpoint")
             try:
-                await self.runtime.checkpoint(
+                await self.sb.checkpoint(
                     sandbox_id, partial, leave_running=False, defer_cleanup=True
                 )
             except RuntimeFailure as exc:
@@ -289,7 +289,7 @@ class LifecycleService:
             self.db.sandboxes.update(sandbox_id, operation="forking")
             try:
                 self.crash_point("fork:before-checkpoint")
-                await self.runtime.checkpoint(sandbox_id, image, leave_running=True)
+                await self.sb.checkpoint(sandbox_id, image, leave_running=True)
             except BaseException as exc:
                 for child in children:
                     self.db.sandboxes.delete(child.id)
