@@ -70,8 +70,6 @@ def main() -> int:
     agent.start()
     server = Server((host, port), lambda connection: Handler(connection, agent))
     keyed = "" if key is not None else " WITHOUT A KEY (it will answer nothing)"
-    print(
-        f"corral agent {VERSION} listening on {host}:{port}{keyed}", file=sys.stderr, flush=True
-    )
+    print(f"corral agent {VERSION} listening on {host}:{port}{keyed}", file=sys.stderr, flush=True)
     server.serve_forever()
     return 0

@@ -128,8 +128,8 @@ class Agent:
 
     def rekey(self, key: str, boot_id: str, seed: bytes) -> None:
         """Take a new key and boot id after a restore (keys.py), and reseed what the agent's
-        memory copied from the checkpoint: Python's ``random`` if anything loaded it. (``os.urandom``
-        comes from the host's kernel through gVisor and differs in every copy.)"""
+        memory copied from the checkpoint: Python's ``random`` if anything loaded it.
+        (``os.urandom`` comes from the host's kernel through gVisor and differs in every copy.)"""
         self.key = key
         self.boot_id = boot_id
         import sys

@@ -20,8 +20,8 @@ from .files import (
     resolve_path,
     send_file,
 )
-from .keys import authorized, valid_key
 from .http import LAST_CHUNK, STREAM_HEAD, Connection, chunk, parse_flag, parse_int
+from .keys import authorized, valid_key
 from .process import encode_events
 from .processes import parse_signal, str_dict
 

@@ -1,10 +1,11 @@
 """The daemon's client of the in-sandbox agent (the protocol is ``docs/agent-protocol.md``).
 
 One ``AgentClient`` per sandbox holds one keep-alive ``httpx.AsyncClient`` to
-``http://{host}:{port}``, where host is the sandbox's slot address, sending the agent's key (``set_key``) on every request
-(``corral.agent.keys``: the agent answers nothing else but an anonymous health check). Streams (process events, file
-content) are passed through without being held in memory: process events are yielded as decoded
-dicts whose ``data`` stays base64 text, file content as byte chunks.
+``http://{host}:{port}``, where host is the sandbox's slot address, and sends the agent's key
+(``set_key``) on every request (``corral.agent.keys``: the agent answers nothing else but an
+anonymous health check). Streams (process events, file content) are passed through without
+being held in memory: process events are yielded as decoded dicts whose ``data`` stays base64
+text, file content as byte chunks.
 
 The streaming methods return async generators: ``aclose()`` them when stopping early, so their
 connection goes back to the pool at once.

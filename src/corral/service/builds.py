@@ -52,8 +52,8 @@ from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout,
 from corral.images.steps import BuildStep
 from corral.network.base import Network, Slot
 from corral.runtime.agent_client import AgentClient, AgentError
-from corral.service.agent_keys import new_agent_key
 from corral.runtime.base import AgentMount, Resources, Runtime, SandboxSpec
+from corral.service.agent_keys import new_agent_key
 from corral.storage import TemplateRecord
 
 __all__ = ["BuildFailed", "BuildHandle", "BuildPlan", "TemplateBuilder"]

@@ -472,7 +472,7 @@ class SandboxService:
             slot = await self.network.lease()
             self.db.sandboxes.update(record.id, slot_index=slot.index)
             await self.network.prepare(slot)
-            if old_key is None:
+            if image_dir is None or old_key is None:
                 key = self.keys.issue(record.id)
                 await self.runtime.start(self.spec_for(record, rootfs, slot, env, key))
             else:

@@ -22,7 +22,6 @@ import pytest
 from corral.agent import AGENT_PATH
 from corral.runtime.agent_client import AgentClient, AgentError
 
-
 AGENT_KEY = "ab" * 32
 
 
