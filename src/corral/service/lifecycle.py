@@ -72,7 +72,7 @@ def fsync_dir(path: Path) -> None:
 def seal_image(partial: Path, final: Path) -> None:
     """Mark a fully written image complete and move it into place, durably."""
     marker = partial / IMAGE_COMPLETE
-    with open(marker, "w") as handle:
+    with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         handle.write(f"{time.time()}\n")
         handle.flush()
         os.fsync(handle.fileno())
