@@ -45,11 +45,13 @@ class LocalAgentRuntime:
     ports: dict[str, int] = field(default_factory=dict)
     oom: set[str] = field(default_factory=set)
     fail_start: bool = False
+    specs: dict[str, SandboxSpec] = field(default_factory=dict)
 
     async def start(self, spec: SandboxSpec) -> None:
         if self.fail_start:
             raise RuntimeFailure(f"starting sandbox {spec.sandbox_id}: injected failure")
         port = free_port()
+        self.specs[spec.sandbox_id] = spec
         env = {k: v for k, v in spec.agent.env}
         env.update(
             CORRAL_AGENT_HOST="127.0.0.1",

@@ -416,7 +416,10 @@ class LifecycleService:
             self.db.sandboxes.update(record.id, state="parked", operation=None, slot_index=None)
             log.info("sandbox %s: an interrupted wake left it parked", record.id)
             return False
-        if alive and await sb.adopt(record):
+        image_key = None
+        if op == "waking" and record.image_path:
+            image_key = sb.keys.of_image(Path(record.image_path))
+        if alive and await sb.adopt(record, image_key):
             if info.status is RuntimeStatus.PAUSED:
                 await self.runtime.resume(record.id)
             self.db.sandboxes.update(record.id, operation=None)

@@ -519,8 +519,10 @@ class SandboxService:
         except Exception as exc:
             log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
 
-    async def adopt(self, record: SandboxRecord) -> bool:
-        """Re-attach to a sandbox that kept running while the daemon was away."""
+    async def adopt(self, record: SandboxRecord, image_key: str | None = None) -> bool:
+        """Re-attach to a sandbox that kept running while the daemon was away. ``image_key``: the
+        key of the image an interrupted wake restored, which the agent still holds if the daemon
+        stopped between persisting the new key and the rekey; the rekey is then finished here."""
         if record.slot_index is None:
             return False
         try:
@@ -539,9 +541,26 @@ class SandboxService:
         self._slots[record.id] = slot
         client = self._connect_agent(record.id, slot)
         client.set_key(key)
+        if image_key is not None:
+            await self._finish_rekey(record.id, client, key, image_key)
         self._clients[record.id] = client
         log.info("sandbox %s: re-adopted (slot %d)", record.id, slot.index)
         return True
+
+    async def _finish_rekey(
+        self, sandbox_id: str, client: AgentClient, key: str, image_key: str
+    ) -> None:
+        try:
+            if "boot_id" in await client.health():  # only answered in full to the right key
+                return
+            client.set_key(image_key)
+            if "boot_id" in await client.health():
+                await client.rekey(key, boot_id=secrets.token_hex(16), seed=secrets.token_hex(32))
+                log.info("sandbox %s: finished the rekey an interrupted wake left", sandbox_id)
+                return
+        except AgentError as exc:
+            log.error("sandbox %s: checking its agent key failed: %s", sandbox_id, exc)
+        client.set_key(key)
 
     def slot_index_of(self, sandbox_id: str) -> int | None:
         slot = self._slots.get(sandbox_id)
