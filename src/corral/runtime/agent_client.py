@@ -178,7 +178,7 @@ class AgentClient:
     # -- agent -------------------------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:
-        """``{"ok", "version", "boot_id", "pid"}``."""
+        """``{"ok", "version", "boot_id", "pid"}`` (only ``{"ok"}`` unless the key is right)."""
         response = await self._call("GET", "/health", "checking health")
         result: dict[str, Any] = response.json()
         return result
