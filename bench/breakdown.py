@@ -36,6 +36,7 @@ from corral.runtime.disk import create_disk, remove_disk
 from corral.runtime.inject import host_agent_mount
 from corral.runtime.reaper import become_subreaper
 from corral.runtime.runsc import NetworkMode, RunscOptions, RunscRunner
+from corral.service.agent_keys import new_agent_key
 from corral.service.workspace import SPARE_SLOTS
 
 PHASES = ("lease", "prepare", "disk", "bundle", "run", "state", "ready", "echo")
@@ -59,6 +60,7 @@ async def _one(
     cid = f"{sid}-0001"
     sdir = work / sid
     sdir.mkdir()
+    key = new_agent_key()
     stamps = Stamps()
     slot = await network.lease()
     stamps.mark("lease")
@@ -82,11 +84,13 @@ async def _one(
             network=NetworkMode(slot.netns_path),
             overlay_dir=sdir / "disk",
             log_path=sdir / "console.log",
+            stdin_data=f"{key}\n".encode(),
         )
         stamps.mark("run")
         assert runsc.recorded_state(cid) == "running"
         stamps.mark("state")
         async with AgentClient(slot.host_address) as client:
+            client.set_key(key)
             await client.wait_ready(20)
             stamps.mark("ready")
             stream = client.stream_process({"cmd": ["echo", "hi"]})
@@ -112,6 +116,7 @@ async def _importtime(
     cid = f"{sid}-0001"
     sdir = work / sid
     sdir.mkdir()
+    key = new_agent_key()
     slot = await network.lease()
     try:
         await network.prepare(slot)
@@ -131,8 +136,10 @@ async def _importtime(
             network=NetworkMode(slot.netns_path),
             overlay_dir=sdir / "disk",
             log_path=sdir / "console.log",
+            stdin_data=f"{key}\n".encode(),
         )
         async with AgentClient(slot.host_address) as client:
+            client.set_key(key)
             await client.wait_ready(20)
             # Same interpreter and flags as the agent; a second port so it does not collide.
             argv = [*mount.argv[:-1], "-X", "importtime", "-c", _IMPORT_PROBE, mount.argv[-1]]

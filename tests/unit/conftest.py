@@ -45,24 +45,31 @@ class LocalAgentRuntime:
     ports: dict[str, int] = field(default_factory=dict)
     oom: set[str] = field(default_factory=set)
     fail_start: bool = False
+    specs: dict[str, SandboxSpec] = field(default_factory=dict)
 
     async def start(self, spec: SandboxSpec) -> None:
         if self.fail_start:
             raise RuntimeFailure(f"starting sandbox {spec.sandbox_id}: injected failure")
         port = free_port()
+        self.specs[spec.sandbox_id] = spec
         env = {k: v for k, v in spec.agent.env}
         env.update(
             CORRAL_AGENT_HOST="127.0.0.1",
             CORRAL_AGENT_PORT=str(port),
             PATH=os.environ.get("PATH", "/usr/bin:/bin"),
         )
-        self.processes[spec.sandbox_id] = subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-I", "-S", str(AGENT_PATH)],
             env=env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        assert process.stdin is not None
+        process.stdin.write(f"{spec.agent_key or ''}\n".encode())  # as runsc's stdin pipe does
+        process.stdin.close()
+        self.processes[spec.sandbox_id] = process
         self.ports[spec.sandbox_id] = port
 
     async def info(self, sandbox_id: str) -> RuntimeInfo:

@@ -8,6 +8,7 @@ agent through ``corral.runtime.agent_client``.
 
     agent.py      runs the agent from the source tree (``AGENT_PATH``; the unit tests use it)
     main.py       configuration from the environment, PID 1 duties, start
+    keys.py       its key: handed over on stdin, checked on every request, replaced by rekey
     http.py       its own small HTTP/1.1 server: requests, bodies, responses, the accept loop
     routes.py     the protocol's routes onto processes and files; event streams
     processes.py  the process table: spawning, the reaper, pipe readers, timeouts, signals

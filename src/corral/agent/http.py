@@ -137,6 +137,7 @@ _PHRASES = {
     201: "Created",
     204: "No Content",
     400: "Bad Request",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
     409: "Conflict",

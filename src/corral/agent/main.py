@@ -1,5 +1,6 @@
 """The agent's start: configuration, its duties as PID 1, and the serving loop.
 
+Its key comes on stdin (``keys.py``), which it reads first and replaces with /dev/null.
 Configuration comes from the environment: ``CORRAL_AGENT_PORT`` (default 49983) and
 ``CORRAL_AGENT_HOST`` (default 0.0.0.0); every other variable it was started with is the default
 environment of the processes it starts (``PUT /config`` replaces it). As PID 1 it survives stray
@@ -14,6 +15,7 @@ import sys
 import threading
 
 from .http import Server
+from .keys import read_boot_key
 from .processes import ENV_PREFIX, Agent
 from .routes import VERSION, Handler
 
@@ -63,9 +65,11 @@ def main() -> int:
     threading.stack_size(512 * 1024)
     guard_init_signals()
     become_subreaper()
-    agent = Agent(dict(os.environ))
+    key = read_boot_key()  # first: fd 0 is /dev/null before anything can start a child
+    agent = Agent(dict(os.environ), key)
     agent.start()
     server = Server((host, port), lambda connection: Handler(connection, agent))
-    print(f"corral agent {VERSION} listening on {host}:{port}", file=sys.stderr, flush=True)
+    keyed = "" if key is not None else " WITHOUT A KEY (it will answer nothing)"
+    print(f"corral agent {VERSION} listening on {host}:{port}{keyed}", file=sys.stderr, flush=True)
     server.serve_forever()
     return 0

@@ -118,8 +118,9 @@ class Agent:
     most ``MAX_TABLE_BYTES``, and ``len(processes) <= MAX_PROCESSES``.
     """
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], key: str | None = None) -> None:
         self.boot_id = os.urandom(16).hex()
+        self.key = key  # see keys.py; None: nothing but an anonymous health check is answered
         self.cwd = os.getcwd()  # children started here need no chdir (see spawn_child)
         self.lock = threading.Lock()
         self.reaper_wakeup = threading.Condition(self.lock)
@@ -150,9 +151,22 @@ class Agent:
             if proc is not None and not proc.reaped:
                 proc.on_reaped(status)
 
-    def set_env(self, env: dict[str, str]) -> None:
+    def set_env(self, env: dict[str, str], merge: bool = False) -> None:
+        """Replace the default environment of new processes, or with ``merge`` add to it."""
         with self.lock:
-            self.default_env = clean_env(env)
+            self.default_env = clean_env({**self.default_env, **env} if merge else env)
+
+    def rekey(self, key: str, boot_id: str, seed: bytes) -> None:
+        """Take a new key and boot id after a restore (keys.py), and reseed what the agent's
+        memory copied from the checkpoint: Python's ``random`` if anything loaded it.
+        (``os.urandom`` comes from the host's kernel through gVisor and differs in every copy.)"""
+        self.key = key
+        self.boot_id = boot_id
+        import sys
+
+        shared_random = sys.modules.get("random")
+        if shared_random is not None:
+            shared_random.seed(seed + os.urandom(32))
 
     def get(self, pid: int) -> Process:
         with self.lock:

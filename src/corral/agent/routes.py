@@ -21,6 +21,7 @@ from .files import (
     send_file,
 )
 from .http import LAST_CHUNK, STREAM_HEAD, Connection, chunk, parse_flag, parse_int
+from .keys import authorized, valid_key
 from .process import encode_events
 from .processes import parse_signal, str_dict
 
@@ -44,14 +45,22 @@ class Handler(Connection):
     def route(self, method: str, path: str) -> None:
         parts = [p for p in path.split("/") if p]
         agent = self.agent
+        if not authorized(self.headers.get("authorization"), agent.key):
+            if parts == ["health"] and method == "GET":  # readiness: reveals and does nothing
+                return self.send_json(200, {"ok": True})
+            self.close_connection = True  # and its body is not read
+            raise ApiError(401, "unauthorized", "this agent answers only its daemon (no valid key)")
         if parts == ["health"] and method == "GET":
             return self.send_json(
                 200,
                 {"ok": True, "version": VERSION, "boot_id": agent.boot_id, "pid": os.getpid()},
             )
         if parts == ["config"] and method == "PUT":
-            agent.set_env(str_dict(self.read_json().get("env"), "env"))
+            body = self.read_json()
+            agent.set_env(str_dict(body.get("env"), "env"), merge=body.get("merge") is True)
             return self.send_empty()
+        if parts == ["rekey"] and method == "POST":
+            return self._rekey(self.read_json())
         if parts and parts[0] == "processes":
             return self._route_processes(method, parts[1:])
         if parts and parts[0] == "files":
@@ -130,6 +139,22 @@ class Handler(Connection):
             dst, dst_raw = resolve_path(body.get("dst"))
             return self.send_json(200, move_path(src, src_raw, dst, dst_raw))
         raise ApiError(404, "not_found", f"no route {method} {self.path}")
+
+    def _rekey(self, body: dict[str, object]) -> None:
+        key, boot_id, seed = body.get("key"), body.get("boot_id"), body.get("seed")
+        if not valid_key(key):
+            raise bad_request("'key' must be 64 lowercase hex digits")
+        if not (isinstance(boot_id, str) and 0 < len(boot_id) <= 64 and boot_id.isalnum()):
+            raise bad_request("'boot_id' must be 1 to 64 letters or digits")
+        if not isinstance(seed, str) or len(seed) > 256:
+            raise bad_request("'seed' must be a hex string of at most 256 digits")
+        try:
+            seed_bytes = bytes.fromhex(seed)
+        except ValueError:
+            raise bad_request("'seed' must be a hex string of at most 256 digits") from None
+        assert isinstance(key, str)
+        self.agent.rekey(key, boot_id, seed_bytes)
+        self.send_json(200, {"boot_id": boot_id})
 
     # -- processes ---------------------------------------------------------------------------
 

@@ -7,8 +7,16 @@ Two rulesets exist, each one ``inet`` table named after the network's prefix:
   sandbox sees the same peer in every slot), and a forward policy that lets the host open
   connections to the sandbox and drops every connection the sandbox opens;
 - the host ruleset, in the daemon's own namespace: defence in depth for the same policy. It drops
-  connections that arrive from (or would be forwarded into) the network's host-side veths and
-  changes nothing for any other interface.
+  connections that arrive from (or would be forwarded into) the network's host-side veths, and
+  lets only root (``meta skuid 0``: the daemon) open connections from this namespace into the
+  slots; it changes nothing for any other interface or address.
+
+Why the owner's uid and not the daemon's cgroup or a socket mark: every host user could otherwise
+reach every sandbox's agent and services through the slot addresses. Anything running as root
+can already do everything the daemon can (read its store and keys, enter the namespaces, move
+itself into the daemon's cgroup or set a mark), so a finer match would add nothing against root
+and would break root tools (tests, debugging); the line that matters is root versus everyone
+else. New connections of other users are rejected at once (TCP reset, ICMP otherwise).
 
 A ruleset is committed as one libnftables transaction that first removes the table and then
 redefines it: it applies completely or not at all, and committing it twice is harmless. The
@@ -94,14 +102,26 @@ class SlotRules:
 @dataclass(frozen=True)
 class HostRules:
     """The ruleset of the daemon's own namespace; ``veth_pattern`` matches the host-side veths
-    (an nft interface wildcard such as ``"corral-*"``)."""
+    (an nft interface wildcard such as ``"corral-*"``), ``subnet`` is the slots' subnet."""
 
     table: str
     veth_pattern: str
+    subnet: str | None = None
 
     def render(self) -> str:
         _check_name(self.table)
         _check_ifname(self.veth_pattern)
+        to_slots = [f'oifname "{self.veth_pattern}"']
+        if self.subnet is not None:
+            to_slots.append(f"ip daddr {ipaddress.IPv4Network(self.subnet)}")
+        output = "\n".join(
+            f"        {match} ct state established,related accept\n"
+            f"        {match} meta skuid 0 accept\n"
+            f"        {match} meta l4proto tcp reject with tcp reset\n"
+            f"        {match} reject"
+            for match in to_slots
+        )
+        forward = "\n".join(f"        {match} drop" for match in to_slots)
         return _replace_table(
             self.table,
             f"""\
@@ -113,7 +133,11 @@ class HostRules:
     chain forward {{
         type filter hook forward priority filter; policy accept;
         iifname "{self.veth_pattern}" drop
-        oifname "{self.veth_pattern}" drop
+{forward}
+    }}
+    chain output {{
+        type filter hook output priority filter; policy accept;
+{output}
     }}
 """,
         )

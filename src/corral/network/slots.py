@@ -398,7 +398,11 @@ class SlotNetwork:
         return self._netns_indices() | _indices(self._plan.index_of_veth, links)
 
     def _commit_host_rules(self) -> None:
-        rules = firewall.HostRules(table=self._plan.table, veth_pattern=self._plan.veth_pattern)
+        rules = firewall.HostRules(
+            table=self._plan.table,
+            veth_pattern=self._plan.veth_pattern,
+            subnet=str(self._plan.subnet),
+        )
         firewall.commit(rules.render(), f"network {self._plan.prefix!r}")
 
     def _delete_host_rules(self) -> None:

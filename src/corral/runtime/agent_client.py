@@ -1,9 +1,11 @@
 """The daemon's client of the in-sandbox agent (the protocol is ``docs/agent-protocol.md``).
 
 One ``AgentClient`` per sandbox holds one keep-alive ``httpx.AsyncClient`` to
-``http://{host}:{port}``, where host is the sandbox's slot address. Streams (process events, file
-content) are passed through without being held in memory: process events are yielded as decoded
-dicts whose ``data`` stays base64 text, file content as byte chunks.
+``http://{host}:{port}``, where host is the sandbox's slot address, and sends the agent's key
+(``set_key``) on every request (``corral.agent.keys``: the agent answers nothing else but an
+anonymous health check). Streams (process events, file content) are passed through without
+being held in memory: process events are yielded as decoded dicts whose ``data`` stays base64
+text, file content as byte chunks.
 
 The streaming methods return async generators: ``aclose()`` them when stopping early, so their
 connection goes back to the pool at once.
@@ -116,6 +118,10 @@ class AgentClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    def set_key(self, key: str) -> None:
+        """Send ``key`` (the agent's, hex) from now on."""
+        self._http.headers["Authorization"] = f"Bearer {key}"
+
     # -- plumbing ----------------------------------------------------------------------------
 
     @staticmethod
@@ -205,7 +211,7 @@ class AgentClient:
     # -- agent -------------------------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:
-        """``{"ok", "version", "boot_id", "pid"}``."""
+        """``{"ok", "version", "boot_id", "pid"}`` (only ``{"ok"}`` unless the key is right)."""
         response = await self._call("GET", "/health", "checking health")
         result: dict[str, Any] = response.json()
         return result
@@ -235,9 +241,18 @@ class AgentClient:
                 last = self._error("checking health", response)
             await asyncio.sleep(_READY_POLL)
 
-    async def set_env(self, env: dict[str, str]) -> None:
-        """Replace the default environment of processes started from now on."""
-        await self._call("PUT", "/config", "setting environment", **_json_body({"env": env}))
+    async def set_env(self, env: dict[str, str], *, merge: bool = False) -> None:
+        """Replace (with ``merge``: add to) the default environment of processes started from
+        now on."""
+        body = _json_body({"env": env, "merge": merge})
+        await self._call("PUT", "/config", "setting environment", **body)
+
+    async def rekey(self, key: str, *, boot_id: str, seed: str) -> None:
+        """Give a restored agent its own ``key`` and ``boot_id`` and reseed its randomness
+        (``seed``, hex); from then on this client sends ``key``."""
+        body = _json_body({"key": key, "boot_id": boot_id, "seed": seed})
+        await self._call("POST", "/rekey", "giving the agent its key", **body)
+        self.set_key(key)
 
     # -- processes ---------------------------------------------------------------------------
 

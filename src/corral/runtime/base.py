@@ -64,6 +64,11 @@ class SandboxSpec:
     in the host directory ``rootfs`` itself. The caller owns that directory (the template builder
     gives a host overlayfs mount whose upper dir becomes a new image layer); never set it for a
     shared rootfs. ``resources.disk_mib`` is then not enforced.
+
+    ``agent_key`` is the key the agent must be started with (``corral.agent.keys``): ``start``
+    hands it to the init on its stdin and nowhere else (never the environment, the command line,
+    the OCI config or any other file). ``restore`` ignores it: a restored agent keeps the key in
+    its memory until the daemon rekeys it.
     """
 
     sandbox_id: str
@@ -74,6 +79,7 @@ class SandboxSpec:
     hostname: str = "corral"
     annotations: dict[str, str] = field(default_factory=dict)
     writable_root: bool = False
+    agent_key: str | None = field(default=None, repr=False)
 
 
 class RuntimeStatus(enum.Enum):

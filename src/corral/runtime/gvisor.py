@@ -298,8 +298,14 @@ class GVisorRuntime:
         log = paths.console_log
         trim_console(log, self.console_kib)  # room for runsc's own errors
         if image_dir is None:
+            key = None if spec.agent_key is None else f"{spec.agent_key}\n".encode()
             await self._runsc.run(
-                cid, paths.bundle, network=network, overlay_dir=overlay, log_path=log
+                cid,
+                paths.bundle,
+                network=network,
+                overlay_dir=overlay,
+                log_path=log,
+                stdin_data=key,
             )
         else:
             await self._runsc.restore(

@@ -44,18 +44,20 @@ async def run_command(
     argv: list[str],
     *,
     timeout: float = 60.0,
+    stdin: int = subprocess.DEVNULL,
     stdout: int = subprocess.PIPE,
     stderr: int = subprocess.PIPE,
     check: bool = True,
 ) -> CommandResult:
-    """Run ``argv`` with stdin on /dev/null; raise ``CommandError`` on failure when ``check``.
+    """Run ``argv`` with stdin on /dev/null (or the fd ``stdin``); raise ``CommandError`` on
+    failure when ``check``.
 
     ``stdout``/``stderr`` may be file descriptors (e.g. a log opened with O_APPEND); then the
     result holds no output for them.
     """
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr
+            *argv, stdin=stdin, stdout=stdout, stderr=stderr
         )
     except OSError as exc:
         raise CommandError(argv, f"cannot run {argv[0]}: {exc}") from exc

@@ -7,6 +7,9 @@ Quirks handled here (DESIGN.md):
 - ``run``/``restore -detach`` keep the caller's stdio: the container's stdout/stderr go to a log
   opened with O_APPEND (a non-append file is written from offset 0, and after a restore at the
   checkpointed offset), and runsc's own errors land in the same log, so they are read back from it.
+- the same holds for stdin: ``run`` gives the container a pipe holding the agent's key
+  (``corral.agent.keys``), written and closed before runsc starts, so only the init can read it;
+  ``restore`` gets /dev/null (a restored agent keeps its memory and is rekeyed over the network).
 - with a network namespace, runsc refuses to start from the root netns view of /proc/sys/net
   (gVisor issue 10704): run/restore are wrapped in ``unshare --mount`` with a tmpfs over it.
 - ``delete -force`` waits for the sandbox process to vanish: adopted zombies are reaped meanwhile.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,20 +103,34 @@ class RunscRunner:
             raise RunscError(str(exc), not_found=_is_not_found(str(exc))) from exc
         return result.stdout
 
-    async def _boot(self, verb_args: list[str], network: NetworkMode, log_path: Path) -> None:
-        """Run a detaching verb (run/restore) with its stdio on the O_APPEND log."""
+    async def _boot(
+        self,
+        verb_args: list[str],
+        network: NetworkMode,
+        log_path: Path,
+        stdin_data: bytes | None = None,
+    ) -> None:
+        """Run a detaching verb (run/restore) with its stdout/stderr on the O_APPEND log and,
+        with ``stdin_data``, its stdin on a pipe holding just that (else /dev/null)."""
         argv = self._global() + verb_args
         if network.netns_path:
             argv = _NETNS_WRAPPER + argv
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        stdin = subprocess.DEVNULL
         try:
+            if stdin_data is not None:
+                stdin = _pipe_holding(stdin_data)
             offset = os.fstat(fd).st_size
             try:
-                await run_command(argv, stdout=fd, stderr=fd, timeout=self.options.timeout)
+                await run_command(
+                    argv, stdin=stdin, stdout=fd, stderr=fd, timeout=self.options.timeout
+                )
             except CommandError as exc:
                 raise RunscError(_log_tail(log_path, offset) or str(exc)) from exc
         finally:
             os.close(fd)
+            if stdin >= 0:
+                os.close(stdin)
 
     async def run(
         self,
@@ -122,10 +140,13 @@ class RunscRunner:
         network: NetworkMode,
         overlay_dir: Path | None,
         log_path: Path,
+        stdin_data: bytes | None = None,
     ) -> None:
-        """``runsc run -detach``: returns once the container's init has been started."""
+        """``runsc run -detach``: returns once the container's init has been started; the init
+        reads ``stdin_data`` (if given) from its stdin."""
         args = [*self._boot_flags(network, overlay_dir), "run", "-detach"]
-        await self._boot([*args, "-bundle", str(bundle), container_id], network, log_path)
+        argv = [*args, "-bundle", str(bundle), container_id]
+        await self._boot(argv, network, log_path, stdin_data)
 
     async def restore(
         self,
@@ -201,6 +222,21 @@ class RunscRunner:
             if name.startswith(prefix) and name.endswith(".state"):
                 ids.add(name.partition("_sandbox:")[0])
         return sorted(ids)
+
+
+def _pipe_holding(data: bytes) -> int:
+    """The read end of a pipe that holds ``data`` and then ends (its write end is closed)."""
+    if len(data) > 4096:  # PIPE_BUF: one write, never blocking
+        raise ValueError("stdin data for a container is limited to 4096 bytes")
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    try:
+        os.write(write_end, data)
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 def _alive(pid: int) -> bool:

@@ -63,6 +63,7 @@ from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import AgentMount, Resources, Runtime, SandboxSpec
 from corral.runtime.disk import DiskError, create_disk, remove_disk
 from corral.runtime.host_commands import CommandError, run_command
+from corral.service.agent_keys import new_agent_key
 from corral.service.build_copy import CopyFailed, copy_sources
 from corral.service.build_log import BuildHandle
 from corral.storage import TemplateRecord
@@ -138,6 +139,7 @@ class _BuildSandbox:
         self.slot = await b.network.lease()
         await b.network.prepare(self.slot)
         mount = b.agent_mount
+        key = new_agent_key()
         spec = SandboxSpec(
             sandbox_id=self.sandbox_id,
             rootfs=self.root,
@@ -146,10 +148,12 @@ class _BuildSandbox:
             netns_path=self.slot.netns_path,
             annotations={"corral.build": "1"},
             writable_root=True,
+            agent_key=key,
         )
         self.started = True
         await b.runtime.start(spec)
         client = b.connect_agent(self.sandbox_id, self.slot)
+        client.set_key(key)  # kept in memory only: a build sandbox is never restored
         self.client = client
         await client.wait_ready(b.settings.agent_ready_timeout)
         return client

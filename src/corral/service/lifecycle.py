@@ -75,7 +75,7 @@ def seal_image(partial: Path, final: Path, *, root: Path) -> None:
     resolve inside ``root`` (the images' own directory): nothing outside it is ever replaced."""
     partial, final = inside(root, partial), inside(root, final)
     marker = partial / IMAGE_COMPLETE
-    with open(marker, "w") as handle:
+    with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         handle.write(f"{time.time()}\n")
         handle.flush()
         os.fsync(handle.fileno())
@@ -160,7 +160,7 @@ class LifecycleService:
             self.db.sandboxes.update(sandbox_id, operation="parking")
             self.crash_point("park:before-checkpoint")
             try:
-                await self.runtime.checkpoint(
+                await self.sb.checkpoint(
                     sandbox_id, partial, leave_running=False, defer_cleanup=True
                 )
             except RuntimeFailure as exc:
@@ -298,7 +298,7 @@ class LifecycleService:
             self.db.sandboxes.update(sandbox_id, operation="forking")
             try:
                 self.crash_point("fork:before-checkpoint")
-                await self.runtime.checkpoint(sandbox_id, image, leave_running=True)
+                await self.sb.checkpoint(sandbox_id, image, leave_running=True)
             except BaseException as exc:
                 for child in children:
                     self.db.sandboxes.delete(child.id)
@@ -425,7 +425,10 @@ class LifecycleService:
             self.db.sandboxes.update(record.id, state="parked", operation=None, slot_index=None)
             log.info("sandbox %s: an interrupted wake left it parked", record.id)
             return False
-        if alive and await sb.adopt(record):
+        image_key = None
+        if op == "waking" and record.image_path:
+            image_key = sb.keys.of_image(Path(record.image_path))
+        if alive and await sb.adopt(record, image_key):
             if info.status is RuntimeStatus.PAUSED:
                 await self.runtime.resume(record.id)
             self.db.sandboxes.update(record.id, operation=None)

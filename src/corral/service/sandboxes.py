@@ -13,7 +13,11 @@ Invariants:
 - a sandbox that failed to be created leaves nothing behind (no record, runtime or slot);
 - a sandbox in ``error``, ``stopped`` or ``killed`` holds no runtime or network resources; a
   ``parked`` one holds only its image on disk;
-- secret env values are handed to the sandbox at boot and never stored, logged or returned.
+- secret env values are handed to the sandbox's agent over its authenticated link after boot
+  and never stored (no record, no OCI config, no file), logged or returned; they live in the
+  agent's memory (and so in a parked sandbox's 0600 memory image);
+- every agent has a key of its own (``agent_keys.py``): a cold boot is given a new one, a restore
+  is rekeyed before anything else is asked of it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import asyncio
 import builtins
 import contextlib
 import logging
+import os
 import secrets
 import shutil
 import string
@@ -42,6 +47,7 @@ from corral.runtime.base import (
     RuntimeStatus,
     SandboxSpec,
 )
+from corral.service.agent_keys import AgentKeys
 from corral.service.capacity import CapacityModel, CapacityReport
 from corral.service.errors import (
     CapacityExceeded,
@@ -137,6 +143,7 @@ class SandboxService:
         self.templates = templates
         self._agent_mount = agent
         self._connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
+        self.keys = AgentKeys(settings.data_dir / "agent-keys")
         self.capacity_model = CapacityModel(settings)
         self.admission = asyncio.Lock()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -398,16 +405,22 @@ class SandboxService:
         """Admit ``record``, pin it to ``image`` of ``template``, and boot it cold or restore
         ``image_dir`` (a warm template's or a snapshot's memory) into it. A restored sandbox's
         memory holds the env it was taken with: ``configure`` gives new processes ``env``. A
-        cold one starts the template's start command. On any failure nothing remains."""
+        cold one starts the template's start command. ``env``'s secret values (the record's
+        ``secret_keys``) never go into the boot's configuration: the agent gets them over its
+        link. On any failure nothing remains."""
         rootfs = self.templates.image_rootfs(image, template.name)
         await self.admit([record])
         self.templates.pin_image(record.id, template, image)
+        secret = {k: v for k, v in env.items() if k in record.secret_keys}
+        plain = {k: v for k, v in env.items() if k not in secret}
         async with self.lock(record.id):
             try:
-                await self.boot(record, rootfs, env, image_dir=image_dir)
+                await self.boot(record, rootfs, plain, image_dir=image_dir)
                 client = self._clients[record.id]
                 if image_dir is not None and configure:
                     await client.set_env(env)
+                elif secret:
+                    await client.set_env(secret, merge=True)
                 if image_dir is None and template.start_cmd:
                     # The template's start command (a Dockerfile's CMD/ENTRYPOINT, --start) runs
                     # in the background of every sandbox booted from it, tagged "start".
@@ -454,7 +467,12 @@ class SandboxService:
 
     # ------------------------------------------------------------------------ boot machinery
     def spec_for(
-        self, record: SandboxRecord, rootfs: Path, slot: Slot, env: dict[str, str]
+        self,
+        record: SandboxRecord,
+        rootfs: Path,
+        slot: Slot,
+        env: dict[str, str],
+        agent_key: str | None = None,
     ) -> SandboxSpec:
         agent = AgentMount(
             mounts=self._agent_mount.mounts,
@@ -473,6 +491,7 @@ class SandboxService:
             agent=agent,
             netns_path=slot.netns_path,
             annotations={"corral.template": record.template},
+            agent_key=agent_key,
         )
 
     async def boot(
@@ -484,22 +503,37 @@ class SandboxService:
         image_dir: Path | None = None,
     ) -> None:
         """Give ``record`` a slot, start it (or restore ``image_dir`` into it) and connect to its
-        agent. On failure everything this call made is released and OperationFailed is raised;
-        the record itself is left to the caller."""
+        agent. A restored agent holds the key of the one that was checkpointed: it is rekeyed
+        before anything else. On failure everything this call made is released and
+        OperationFailed is raised; the record itself is left to the caller."""
         slot: Slot | None = None
         verb = "restoring" if image_dir else "creating"
         try:
+            old_key = None if image_dir is None else self.keys.of_image(image_dir)
+            if image_dir is not None and old_key is None:
+                raise OperationFailed(
+                    f"restoring sandbox {record.id}: the memory image {image_dir} has no agent "
+                    "key (it was made by an older corral); make the image again"
+                )
             slot = await self.network.lease()
             self.db.sandboxes.update(record.id, slot_index=slot.index)
             await self.network.prepare(slot)
-            spec = self.spec_for(record, rootfs, slot, env)
-            if image_dir is None:
-                await self.runtime.start(spec)
+            if image_dir is None or old_key is None:
+                key = self.keys.issue(record.id)
+                await self.runtime.start(self.spec_for(record, rootfs, slot, env, key))
             else:
-                await self.runtime.restore(spec, image_dir)
+                key = old_key
+                await self.runtime.restore(self.spec_for(record, rootfs, slot, env), image_dir)
             client = self._connect_agent(record.id, slot)
+            client.set_key(key)
             try:
                 await client.wait_ready(self.settings.agent_ready_timeout)
+                if old_key is not None:
+                    await client.rekey(
+                        self.keys.issue(record.id),
+                        boot_id=secrets.token_hex(16),
+                        seed=secrets.token_hex(32),
+                    )
             except BaseException:
                 await client.aclose()
                 raise
@@ -516,7 +550,9 @@ class SandboxService:
 
     async def detach(self, sandbox_id: str) -> Slot | None:
         """Forget the live side of a sandbox whose runtime has already stopped (after a park):
-        close its agent client and hand back its slot for the caller to release."""
+        close its agent client and hand back its slot for the caller to release. Its agent's key
+        stays only in the image (``checkpoint``)."""
+        self.keys.forget(sandbox_id)
         client = self._clients.pop(sandbox_id, None)
         if client is not None:
             with contextlib.suppress(Exception):
@@ -529,8 +565,10 @@ class SandboxService:
         except Exception as exc:
             log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
 
-    async def adopt(self, record: SandboxRecord) -> bool:
-        """Re-attach to a sandbox that kept running while the daemon was away."""
+    async def adopt(self, record: SandboxRecord, image_key: str | None = None) -> bool:
+        """Re-attach to a sandbox that kept running while the daemon was away. ``image_key``: the
+        key of the image an interrupted wake restored, which the agent still holds if the daemon
+        stopped between persisting the new key and the rekey; the rekey is then finished here."""
         if record.slot_index is None:
             return False
         try:
@@ -540,14 +578,59 @@ class SandboxService:
                 "sandbox %s: re-adopting slot %s failed: %s", record.id, record.slot_index, exc
             )
             return False
+        key = self.keys.get(record.id)
+        if key is None:
+            log.error("sandbox %s: cannot re-adopt it: its agent key is missing", record.id)
+            with contextlib.suppress(Exception):
+                await self.network.release(slot)
+            return False
         self._slots[record.id] = slot
-        self._clients[record.id] = self._connect_agent(record.id, slot)
+        client = self._connect_agent(record.id, slot)
+        client.set_key(key)
+        if image_key is not None:
+            await self._finish_rekey(record.id, client, key, image_key)
+        self._clients[record.id] = client
         log.info("sandbox %s: re-adopted (slot %d)", record.id, slot.index)
         return True
+
+    async def _finish_rekey(
+        self, sandbox_id: str, client: AgentClient, key: str, image_key: str
+    ) -> None:
+        try:
+            if "boot_id" in await client.health():  # only answered in full to the right key
+                return
+            client.set_key(image_key)
+            if "boot_id" in await client.health():
+                await client.rekey(key, boot_id=secrets.token_hex(16), seed=secrets.token_hex(32))
+                log.info("sandbox %s: finished the rekey an interrupted wake left", sandbox_id)
+                return
+        except AgentError as exc:
+            log.error("sandbox %s: checking its agent key failed: %s", sandbox_id, exc)
+        client.set_key(key)
 
     def slot_index_of(self, sandbox_id: str) -> int | None:
         slot = self._slots.get(sandbox_id)
         return slot.index if slot else None
+
+    async def checkpoint(
+        self,
+        sandbox_id: str,
+        image_dir: Path,
+        *,
+        leave_running: bool,
+        defer_cleanup: bool = False,
+    ) -> None:
+        """Checkpoint a running sandbox into ``image_dir`` with its agent's key beside the memory
+        (for the restore's rekey); the image is left 0600 files in 0700 dirs (it holds the
+        sandbox's memory: its secrets, its agent's key)."""
+        try:
+            self.keys.put_in_image(sandbox_id, image_dir)
+        except (KeyError, OSError) as exc:  # as the runtime's own failures: nothing changed
+            raise RuntimeFailure(f"checkpointing sandbox {sandbox_id}: {exc}") from exc
+        await self.runtime.checkpoint(
+            sandbox_id, image_dir, leave_running=leave_running, defer_cleanup=defer_cleanup
+        )
+        await asyncio.to_thread(_make_private, image_dir)
 
     # ------------------------------------------------------------------------------ kill
     async def kill(self, sandbox_id: str) -> None:
@@ -584,6 +667,7 @@ class SandboxService:
         self, sandbox_id: str, slot_index: int | None, slot: Slot | None = None
     ) -> None:
         """Destroy the runtime and release the slot; never raises (logs what failed)."""
+        self.keys.forget(sandbox_id)
         client = self._clients.pop(sandbox_id, None)
         if client is not None:
             with contextlib.suppress(Exception):
@@ -641,6 +725,18 @@ class SandboxService:
             with contextlib.suppress(Exception):
                 await client.aclose()
         self._clients.clear()
+
+
+def _make_private(directory: Path) -> None:
+    """0700 on ``directory`` and the dirs below it, 0600 on its files."""
+    os.chmod(directory, 0o700)
+    for root, dirs, files in os.walk(directory):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o600)
 
 
 def translate_agent_error(sandbox_id: str, exc: AgentError) -> CorralError:

@@ -199,7 +199,7 @@ class SnapshotService:
                     await self._capture_files(source, partial)
                 else:
                     self.lifecycle.crash_point("snapshot:before-checkpoint")
-                    await self.sb.runtime.checkpoint(sandbox_id, partial, leave_running=True)
+                    await self.sb.checkpoint(sandbox_id, partial, leave_running=True)
                 self.lifecycle.crash_point("snapshot:after-checkpoint")
                 await asyncio.to_thread(seal_image, partial, final, root=self.dir)
             except BaseException as exc:

@@ -86,7 +86,7 @@ class WarmService:
                 )
             await emit({"type": "output", "stream": "info", "data": "warming: checkpointing\n"})
             async with self.sb.lock(record.id):
-                await self.sb.runtime.checkpoint(record.id, partial, leave_running=False)
+                await self.sb.checkpoint(record.id, partial, leave_running=False)
 
             def seal() -> Path:
                 seal_image(partial, final, root=self.sb.settings.data_dir)

@@ -3,6 +3,7 @@ network namespace this test creates (only that namespace is ever contacted)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -53,14 +54,19 @@ def configure_sandbox_side(name: str) -> None:
     ip("-n", name, "link", "set", "lo", "up")
 
 
-def health(timeout: float = 10.0) -> dict[str, object]:
+KEY = "3c" * 32
+
+
+def health(timeout: float = 10.0, key: str | None = KEY) -> dict[str, object]:
     import time
 
     deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     while True:
         try:
             url = f"http://{SANDBOX_ADDRESS}:{AGENT_PORT}/health"
-            with urllib.request.urlopen(url, timeout=1) as resp:
+            request = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(request, timeout=1) as resp:
                 doc: dict[str, object] = json.loads(resp.read())
                 return doc
         except OSError:
@@ -74,10 +80,12 @@ async def test_agent_serves_over_the_sandbox_network_across_a_restore(
 ) -> None:
     agent = build_agent_mount(compiled_dir=tmp_path / "agent")
     spec = make_spec("", agent=agent, netns_path=f"/run/netns/{netns}")
+    spec = dataclasses.replace(spec, agent_key=KEY)
     await runtime.start(spec)
     await wait_for_log(runtime.paths(spec.sandbox_id).console_log, "corral agent .* listening")
     before = health()
-    assert before["ok"] is True
+    assert before["ok"] is True and before["pid"] == 1  # the key came through runsc's stdin
+    assert health(key=None) == {"ok": True}
 
     await runtime.checkpoint(spec.sandbox_id, tmp_path / "image", leave_running=False)
     configure_sandbox_side(netns)

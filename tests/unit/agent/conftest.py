@@ -22,6 +22,8 @@ import pytest
 from corral.agent import AGENT_PATH
 from corral.runtime.agent_client import AgentClient, AgentError
 
+AGENT_KEY = "ab" * 32
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -52,11 +54,16 @@ async def agent(tmp_path: Path) -> AsyncIterator[LocalAgent]:
         process = subprocess.Popen(
             [sys.executable, "-I", "-S", str(AGENT_PATH)],
             env=env,
+            stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd="/",
         )
+    assert process.stdin is not None
+    process.stdin.write(f"{AGENT_KEY}\n".encode())  # the key, as the runtime hands it over
+    process.stdin.close()
     client = AgentClient("127.0.0.1", port)
+    client.set_key(AGENT_KEY)
     try:
         await client.wait_ready(10.0)
         yield LocalAgent(client=client, pid=process.pid, port=port)

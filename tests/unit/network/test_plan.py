@@ -90,3 +90,17 @@ def test_rules_refuse_names_that_would_inject_syntax() -> None:
         SlotRules(table="t", uplink='a" accept', downlink="b", host_address="10.0.0.2").render()
     with pytest.raises(ValueError):
         SlotRules(table="t", uplink="a", downlink="b", host_address="10.0.0.2 accept").render()
+
+
+def test_host_rules_let_only_root_open_connections_into_the_slots() -> None:
+    text = HostRules(table="corral", veth_pattern="corral-*", subnet="10.200.0.0/16").render()
+    output = text.split("chain output {", 1)[1]
+    for match in ('oifname "corral-*"', "ip daddr 10.200.0.0/16"):
+        assert f"{match} ct state established,related accept" in output
+        assert f"{match} meta skuid 0 accept" in output
+        assert f"{match} meta l4proto tcp reject with tcp reset" in output
+        assert f"{match} reject" in output
+    forward = text.split("chain forward {", 1)[1].split("}", 1)[0]
+    assert "ip daddr 10.200.0.0/16 drop" in forward
+    with pytest.raises(ValueError):
+        HostRules(table="t", veth_pattern="t-*", subnet="10.0.0.0/16 accept").render()

@@ -144,17 +144,25 @@ def test_the_real_agent_builds_and_answers_health(tmp_path: Path) -> None:
         "CORRAL_AGENT_PORT": str(port),
         "PATH": "/usr/bin:/bin",
     }
+    key = "5a" * 32
     process = subprocess.Popen(
         [sys.executable, "-I", "-S", str(compiled)],
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None
+    process.stdin.write(f"{key}\n".encode())  # the agent's key, as the runtime hands it over
+    process.stdin.close()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/health", headers={"Authorization": f"Bearer {key}"}
     )
     try:
         deadline = time.monotonic() + 10
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+                with urllib.request.urlopen(request, timeout=1) as resp:
                     health = json.loads(resp.read())
                 break
             except OSError:

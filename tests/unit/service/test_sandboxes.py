@@ -178,3 +178,34 @@ async def test_restart_readopts_and_cleans_interrupted(harness: Harness) -> None
     finally:
         await fresh.sandboxes.kill(alive.id)
         await fresh.stop()
+
+
+async def test_secret_env_reaches_processes_but_not_the_boot_config(harness: Harness) -> None:
+    ws = harness.workspace
+    record = await ws.sandboxes.create(
+        CreateRequest(env={"PLAIN": "p"}, secret_env={"TOKEN": "very-secret"})
+    )
+    spec = harness.runtime.specs[record.id]
+    assert ("TOKEN", "very-secret") not in spec.agent.env  # never in the OCI config
+    assert ("PLAIN", "p") in spec.agent.env
+    assert await run(ws, record.id, shell="echo $TOKEN $PLAIN") == (0, b"very-secret p\n")
+    key_file = harness.settings.data_dir / "agent-keys" / record.id
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    await ws.sandboxes.kill(record.id)
+    assert not key_file.exists()
+
+
+async def test_adopting_after_a_wake_cut_before_its_rekey_finishes_the_rekey(
+    harness: Harness,
+) -> None:
+    ws = harness.workspace
+    record = await ws.sandboxes.create(CreateRequest())
+    image_key = ws.sandboxes.keys.get(record.id)
+    assert image_key is not None
+    await ws.sandboxes.detach(record.id)  # as a daemon stop leaves it: the agent runs on
+    new_key = ws.sandboxes.keys.issue(record.id)  # persisted, but the agent was never told
+    assert new_key != image_key
+    assert await ws.sandboxes.adopt(ws.sandboxes.get(record.id), image_key)
+    client = ws.sandboxes.agent(record.id, "exec")
+    assert "boot_id" in await client.health()  # the agent now takes the persisted key
+    assert await run(ws, record.id, shell="echo ok") == (0, b"ok\n")
