@@ -85,6 +85,13 @@ def add_body_limits(app: FastAPI, settings: Settings) -> None:
         ),
         BodyRule(
             "POST",
+            re.compile("/v1/templates/uploads"),
+            settings.build_upload_max_mib * MIB,
+            "a build upload",
+            streamed=True,
+        ),
+        BodyRule(
+            "POST",
             re.compile(sandbox + "/processes/[^/]+/stdin"),
             settings.max_stdin_chunk_kib * KIB,
             "one stdin write",

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from corral.config import Settings
 from corral.images.context import ContextError, ContextLimits, extract_tar
-from corral.service.errors import CapacityExceeded, InvalidRequest, NotFound
+from corral.service.errors import CapacityExceeded, InvalidRequest, NotFound, TooLarge
 
 __all__ = ["KINDS", "Upload", "UploadService"]
 
@@ -104,7 +104,7 @@ class UploadService:
                 async for chunk in body:
                     size += len(chunk)
                     if size > self.limit_bytes:
-                        raise InvalidRequest(
+                        raise TooLarge(
                             f"the {kind} upload is larger than the limit of "
                             f"{self._settings.build_upload_max_mib} MiB (build_upload_max_mib)"
                         )

@@ -59,7 +59,7 @@ async def test_unsafe_and_oversized_uploads_are_refused(
     assert bad.status_code == 400 and "'..' is not allowed" in bad.json()["message"]
     harness.settings.build_upload_max_mib = 1
     big = await upload(client, b"\0" * (2 << 20), kind="docker-archive")
-    assert big.status_code == 400 and "larger than the limit of 1 MiB" in big.json()["message"]
+    assert big.status_code == 413 and "larger than the limit of 1 MiB" in big.json()["message"]
     assert list((harness.settings.data_dir / "uploads").iterdir()) == []
     kind = await upload(client, b"", kind="tarball")
     assert kind.status_code == 422
