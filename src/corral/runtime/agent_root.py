@@ -33,8 +33,10 @@ from pathlib import Path
 
 __all__ = ["AgentRoot", "AgentRootError", "agent_imports", "build_agent_root", "stdlib_of"]
 
-_FORMAT = b"corral-agent-root-1"
-_ALWAYS = ("encodings", "os")  # needed by every start: the codecs and the prefix landmark
+_FORMAT = b"corral-agent-root-2"
+# Needed by every start (the codecs and the prefix landmark), and by the tools the daemon runs
+# with this interpreter inside a sandbox besides the agent (files-only snapshots: tarfile).
+_ALWAYS = ("encodings", "os", "tarfile")
 _PROBE = """\
 import json, sys
 for name in sys.argv[1:]:
