@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import os
 import shutil
 from collections.abc import Awaitable, Callable
@@ -84,6 +85,7 @@ class GVisorRuntime:
             )
         )
         self._cgroups = SandboxCgroups(cgroup_parent)
+        self._next_cpu = 0  # where the next sandbox's cpuset starts: spreads them over the host
         if subreaper:
             become_subreaper()
 
@@ -284,7 +286,17 @@ class GVisorRuntime:
                 await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
         record.container_ids = [cid]
         paths.save(record)
-        config = render_config(spec, cgroups_path=self._cgroups.path_for(cid))
+        tmp_source = None
+        if not spec.writable_root:  # a build's writable root takes /tmp writes itself
+            paths.tmp_lower.mkdir(exist_ok=True)
+            paths.tmp_lower.chmod(0o1777)
+            tmp_source = str(paths.tmp_lower)
+        config = render_config(
+            spec,
+            cgroups_path=self._cgroups.path_for(cid),
+            tmp_source=tmp_source,
+            cpuset=self._pick_cpuset(spec.resources.cpu),
+        )
         write_config(paths.bundle, config)
         network = NetworkMode(spec.netns_path)
         overlay = None if spec.writable_root else paths.disk_mount(gen)
@@ -300,6 +312,18 @@ class GVisorRuntime:
         status = self._runsc.recorded_state(cid)  # `runsc state` would cost ~25 ms more
         if status != "running":
             raise RunscError(f"container {cid} is {status or 'gone'} right after booting")
+
+    def _pick_cpuset(self, cpu: float) -> str | None:
+        """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them, so that it sees that
+        many (``nproc``); None (all) when it is given as many as the host has. The cpu quota
+        still bounds its time; successive sandboxes start on successive CPUs."""
+        host = sorted(os.sched_getaffinity(0))
+        count = max(1, math.ceil(cpu))
+        if count >= len(host):
+            return None
+        start = self._next_cpu % len(host)
+        self._next_cpu = start + count
+        return ",".join(str(host[(start + i) % len(host)]) for i in range(count))
 
     async def _drop_generation(self, paths: SandboxPaths, cid: str, gen: int | None) -> None:
         """Delete one runsc container, its cgroups and (if ``gen`` is given) its disk."""

@@ -7,6 +7,7 @@
         bundle/config.json  the OCI spec of the current generation
         disk-NNNN.img       the sparse ext4 image of generation NNNN
         disk-NNNN/          its mount point, given to runsc as the overlay's backing dir
+        tmp/                empty forever (mode 1777): the lower layer of the sandbox's /tmp
         console.log         the agent's stdout/stderr and runsc's own errors (O_APPEND)
     /run/corral/<key>/      runsc's --root (state files, sockets; short: sun_path is 107 bytes)
     <root_dir>/.debug/      runsc debug logs when debugging is on
@@ -79,6 +80,11 @@ class SandboxPaths:
     @property
     def bundle(self) -> Path:
         return self.dir / "bundle"
+
+    @property
+    def tmp_lower(self) -> Path:
+        """The empty dir bind-mounted at ``/tmp``; runsc's overlay takes every write to it."""
+        return self.dir / "tmp"
 
     @property
     def console_log(self) -> Path:

@@ -83,8 +83,11 @@ class RunscRunner:
 
     def _boot_flags(self, network: NetworkMode, overlay_dir: Path | None) -> list[str]:
         # No overlay dir: writes go straight to the OCI root on the host (a build's own dir).
-        overlay = f"root:dir={overlay_dir}" if overlay_dir is not None else "none"
+        # "all": writable bind mounts (/tmp) are overlaid too, their writes on the same disk.
+        overlay = f"all:dir={overlay_dir}" if overlay_dir is not None else "none"
         flags = [f"--platform={self.options.platform}", f"--overlay2={overlay}"]
+        # The CPU count inside follows the container's cpuset, lowered further to its quota.
+        flags.append("--cpu-num-from-quota")
         if network.netns_path:
             flags += ["--network=sandbox", "--net-disconnect-ok"]
         else:
