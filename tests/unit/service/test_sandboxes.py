@@ -178,3 +178,20 @@ async def test_restart_readopts_and_cleans_interrupted(harness: Harness) -> None
     finally:
         await fresh.sandboxes.kill(alive.id)
         await fresh.stop()
+
+
+async def test_list_shows_live_sandboxes_unless_all_and_prunes_ended(harness: Harness) -> None:
+    ws = harness.workspace
+    live = await ws.sandboxes.create(CreateRequest(memory_mib=128))
+    gone = await ws.sandboxes.create(CreateRequest(memory_mib=128))
+    await ws.sandboxes.kill(gone.id)
+    assert [r.id for r in ws.sandboxes.list()] == [live.id]
+    assert {r.id for r in ws.sandboxes.list(include_ended=True)} == {live.id, gone.id}
+    assert [r.id for r in ws.sandboxes.list(states=["killed"])] == [gone.id]
+    retention = ws.settings.ended_retention_seconds
+    assert ws.sandboxes.prune_ended(time.time()) == []  # still within the retention
+    assert ws.sandboxes.prune_ended(time.time() + retention + 1) == [gone.id]
+    with pytest.raises(NotFound):
+        ws.sandboxes.get(gone.id)
+    assert ws.sandboxes.get(live.id).state == "running"  # live ones are never pruned
+    await ws.sandboxes.kill(live.id)
