@@ -51,6 +51,19 @@ class SandboxCgroups:
                 return int(value)
         return 0
 
+    def raise_memory_limit(self, container_id: str, limit_bytes: int) -> None:
+        """Set the container's host memory limit (memory+swap too, which must stay >= it)
+        to ``limit_bytes``, above what runsc set from the spec."""
+        rel = Path(self.parent) / container_id
+        if self.unified:
+            (self.root / rel / "memory.max").write_text(str(limit_bytes))
+            return
+        memory = self.root / "memory" / rel
+        memsw = memory / "memory.memsw.limit_in_bytes"
+        if memsw.exists():  # raise memory+swap first: it may never be below the memory limit
+            memsw.write_text(str(limit_bytes))
+        (memory / "memory.limit_in_bytes").write_text(str(limit_bytes))
+
     def remove(self, container_id: str) -> None:
         """Remove the container's cgroups if they are left (only empty cgroups can go)."""
         for path in self._dirs(container_id):

@@ -312,6 +312,11 @@ class GVisorRuntime:
         status = self._runsc.recorded_state(cid)  # `runsc state` would cost ~25 ms more
         if status != "running":
             raise RunscError(f"container {cid} is {status or 'gone'} right after booting")
+        # The sandbox sees (and its agent's OOM killer enforces) its memory; the host cgroup's
+        # killer, which would take the whole sandbox, only acts past a headroom above it.
+        memory = spec.resources.memory_mib
+        limit_mib = memory + memory_headroom_mib(memory)
+        self._cgroups.raise_memory_limit(cid, limit_mib * 1024 * 1024)
 
     def _pick_cpuset(self, cpu: float) -> str | None:
         """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them, so that it sees that
@@ -363,6 +368,12 @@ class GVisorRuntime:
             await action(record.current_container)
         except RunscError as exc:
             raise RuntimeFailure(f"{verb} sandbox {sandbox_id}: {exc}") from exc
+
+
+def memory_headroom_mib(memory_mib: int) -> int:
+    """Host memory a sandbox may use beyond its own: gVisor's own (sentry, page tables) and what
+    a process can allocate between two looks of the in-sandbox OOM killer."""
+    return 64 + memory_mib // 64
 
 
 def _has_mount_below(directory: Path) -> bool:

@@ -597,7 +597,8 @@ class SandboxService:
             if info.oom_killed:
                 reason = (
                     f"out of memory: the sandbox used more than its {record.memory_mib} MiB "
-                    "and was stopped"
+                    "faster than its processes could be killed, and was stopped; kill it and "
+                    "create a new one with more memory (corral new --memory MIB)"
                 )
             else:
                 reason = f"the sandbox's runtime stopped unexpectedly ({info.status.value})"
