@@ -75,11 +75,20 @@ def ancestry(pid: int) -> list[int]:
 
 class OomKiller:
     """The watcher thread. ``on_kill(ancestry, resident, name, total)`` is told of every kill
-    (``ancestry``: the victim's pid, then its parent's, up to the agent's children)."""
+    (``ancestry``: the victim's pid, then its parent's, up to the agent's children).
+    ``read_memory`` and ``find_victim`` are ``memory`` and ``largest_process`` (tests swap them)."""
 
-    def __init__(self, on_kill: Callable[[list[int], int, str, int], None]) -> None:
+    def __init__(
+        self,
+        on_kill: Callable[[list[int], int, str, int], None],
+        read_memory: Callable[[], tuple[int, int]] = memory,
+        find_victim: Callable[[set[int]], tuple[int, int, str] | None] = largest_process,
+    ) -> None:
         self.on_kill = on_kill
+        self.read_memory = read_memory
+        self.find_victim = find_victim
         self.kills = 0
+        self.cooldown_until = 0.0
 
     def start(self) -> None:
         if os.getpid() != 1:
@@ -87,29 +96,32 @@ class OomKiller:
         threading.Thread(target=self._watch, name="oom-killer", daemon=True).start()
 
     def _watch(self) -> None:
-        me = {os.getpid()}
-        cooldown_until = 0.0
         while True:
             try:
-                total, free = memory()
+                interval = self.check()
             except (OSError, ValueError):
                 return
-            reserve = max(RESERVE_MIN, int(total * RESERVE_FRACTION))
-            now = time.monotonic()
-            if free >= reserve:
-                cooldown_until = 0.0
-            elif now >= cooldown_until:
-                victim = largest_process(me)
-                if victim is not None:
-                    pid, resident, name = victim
-                    chain = ancestry(pid)
-                    try:
-                        os.kill(pid, _signal.SIGKILL)
-                    except OSError:
-                        pass
-                    else:
-                        self.kills += 1
-                        self.on_kill(chain or [pid], resident, name, total)
-                    cooldown_until = now + COOLDOWN
-            headroom = max(0, free - reserve)
-            time.sleep(min(MAX_INTERVAL, max(MIN_INTERVAL, headroom / FILL_RATE / 2)))
+            time.sleep(interval)
+
+    def check(self) -> float:
+        """Look once; kill if memory is short. Returns how long to wait before the next look."""
+        total, free = self.read_memory()
+        reserve = max(RESERVE_MIN, int(total * RESERVE_FRACTION))
+        now = time.monotonic()
+        if free >= reserve:
+            self.cooldown_until = 0.0
+        elif now >= self.cooldown_until:
+            victim = self.find_victim({os.getpid()})
+            if victim is not None:
+                pid, resident, name = victim
+                chain = ancestry(pid)
+                try:
+                    os.kill(pid, _signal.SIGKILL)
+                except OSError:
+                    pass
+                else:
+                    self.kills += 1
+                    self.on_kill(chain or [pid], resident, name, total)
+                self.cooldown_until = now + COOLDOWN
+        headroom = max(0, free - reserve)
+        return min(MAX_INTERVAL, max(MIN_INTERVAL, headroom / FILL_RATE / 2))
