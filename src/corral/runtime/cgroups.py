@@ -51,6 +51,20 @@ class SandboxCgroups:
                 return int(value)
         return 0
 
+    def prepare_cpuset(self) -> None:
+        """Give the parent cgroup (v1) the host's CPUs and memory nodes if it has none yet: a new
+        v1 cpuset cgroup starts empty, and a container's cpuset must lie within its parent's."""
+        if self.unified:
+            return
+        above = self.root / "cpuset"
+        for part in Path(self.parent).parts:
+            here = above / part
+            here.mkdir(exist_ok=True)
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if not (here / name).read_text().strip():
+                    (here / name).write_text((above / name).read_text().strip())
+            above = here
+
     def raise_memory_limit(self, container_id: str, limit_bytes: int) -> None:
         """Set the container's host memory limit (memory+swap too, which must stay >= it)
         to ``limit_bytes``, above what runsc set from the spec."""

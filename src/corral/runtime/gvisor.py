@@ -291,11 +291,14 @@ class GVisorRuntime:
             paths.tmp_lower.mkdir(exist_ok=True)
             paths.tmp_lower.chmod(0o1777)
             tmp_source = str(paths.tmp_lower)
+        cpuset = self._pick_cpuset(spec.resources.cpu)
+        if cpuset is not None:
+            self._cgroups.prepare_cpuset()
         config = render_config(
             spec,
             cgroups_path=self._cgroups.path_for(cid),
             tmp_source=tmp_source,
-            cpuset=self._pick_cpuset(spec.resources.cpu),
+            cpuset=cpuset,
         )
         write_config(paths.bundle, config)
         network = NetworkMode(spec.netns_path)
