@@ -44,6 +44,9 @@ _STATUS = {
 Undo = Callable[[], Awaitable[None]]
 RunscAction = Callable[[str], Awaitable[None]]
 _MAX_SOCKET_PATH = 107
+# In a checkpoint image: its sandbox had /tmp on its disk (an overlaid bind mount). Images
+# without it (older ones) restore into the layout they were taken in, /tmp as gVisor's tmpfs.
+TMP_ON_DISK_MARKER = "corral-tmp-on-disk"
 _FAILURES = (RunscError, DiskError, CommandError, OSError, ValueError)
 
 
@@ -205,6 +208,8 @@ class GVisorRuntime:
         try:
             image_dir.mkdir(parents=True, exist_ok=True)
             await self._runsc.checkpoint(cid, image_dir, leave_running=leave_running)
+            if paths.tmp_lower.is_dir():
+                (image_dir / TMP_ON_DISK_MARKER).touch()
             await asyncio.to_thread(_fsync_tree, image_dir)
         except _FAILURES as exc:
             raise RuntimeFailure(f"{verb}: {exc}") from exc
@@ -286,11 +291,17 @@ class GVisorRuntime:
                 await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
         record.container_ids = [cid]
         paths.save(record)
+        # A build's writable root takes /tmp writes itself; an older image keeps its layout.
+        tmp_on_disk = not spec.writable_root and (
+            image_dir is None or (image_dir / TMP_ON_DISK_MARKER).is_file()
+        )
         tmp_source = None
-        if not spec.writable_root:  # a build's writable root takes /tmp writes itself
+        if tmp_on_disk:
             paths.tmp_lower.mkdir(exist_ok=True)
             paths.tmp_lower.chmod(0o1777)
             tmp_source = str(paths.tmp_lower)
+        elif paths.tmp_lower.is_dir():
+            paths.tmp_lower.rmdir()  # it marks a generation with /tmp on disk
         cpuset = self._pick_cpuset(spec.resources.cpu)
         if cpuset is not None:
             self._cgroups.prepare_cpuset()
@@ -310,7 +321,13 @@ class GVisorRuntime:
             )
         else:
             await self._runsc.restore(
-                cid, paths.bundle, image_dir, network=network, overlay_dir=overlay, log_path=log
+                cid,
+                paths.bundle,
+                image_dir,
+                network=network,
+                overlay_dir=overlay,
+                log_path=log,
+                overlay_scope="all" if tmp_on_disk else "root",
             )
         status = self._runsc.recorded_state(cid)  # `runsc state` would cost ~25 ms more
         if status != "running":
