@@ -20,6 +20,8 @@ __all__ = ["DAEMON_UMASK", "PRIVATE_DIR", "PRIVATE_FILE", "make_private_dir", "s
 
 DAEMON_UMASK = 0o077
 PRIVATE_DIR = 0o700
+# runtime/layout.py's SandboxPaths.tmp_lower: its mode (1777) is what the sandbox's /tmp shows.
+_SANDBOX_TMP = "tmp"
 PRIVATE_FILE = 0o600
 
 # Trees below the data dir that hold only the daemon's own files (no image content): every dir
@@ -93,4 +95,6 @@ def secure_data_dir(data_dir: Path) -> None:
                 if stat.S_ISDIR(st.st_mode):
                     with os.scandir(box.path) as files:
                         for item in files:
+                            if item.name == _SANDBOX_TMP:
+                                continue  # the lower dir of the sandbox's /tmp: 1777 inside
                             _fix(item.path, item.stat(follow_symlinks=False))

@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     max_memory_mib: int = 8192
     max_disk_mib: int = 20480
     max_ttl_seconds: int = 7 * 24 * 3600
+    # How long the records of ended (killed, stopped) sandboxes stay listed (`ls --all`, `info`).
+    ended_retention_seconds: int = Field(default=24 * 3600, ge=1)
     default_pids: int = 4096
     # Files-only snapshots: the most files (image's included) a sandbox may hold to be captured.
     snapshot_max_files: int = Field(default=200_000, ge=100, le=5_000_000)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import time
 
@@ -45,22 +44,20 @@ def test_errors_have_code_and_message(daemon: Daemon) -> None:
         assert response.status_code == 400 and "disk" in response.json()["message"]
 
 
-def test_memory_limit_kills_and_reports(daemon: Daemon) -> None:
+def test_memory_limit_kills_the_process_and_reports(daemon: Daemon) -> None:
+    # Like a VM's kernel: the process that ran the sandbox out of memory dies, the sandbox lives.
     with daemon.client() as client:
         sbx = client.post("/v1/sandboxes", json={"memory_mib": 128}).json()["id"]
         try:
             body = {"cmd": ["python3", "-c", "x = bytearray(400 * 1024 * 1024); print(len(x))"]}
-            with contextlib.suppress(httpx.HTTPError, AssertionError):
-                exec_lines(client, sbx, body)
-            deadline = time.monotonic() + 20
-            state = {}
-            while time.monotonic() < deadline:
-                state = client.get(f"/v1/sandboxes/{sbx}").json()
-                if state["state"] != "running":
-                    break
-                time.sleep(0.5)
-            assert state["state"] == "error", state
-            assert "memory" in state["error"]
+            events = exec_lines(client, sbx, body)
+            exit_event = events[-1]
+            assert exit_event["type"] == "exit" and exit_event["signal"] == 9, exit_event
+            stderr = b"".join(base64.b64decode(e["data"]) for e in events if e["type"] == "stderr")
+            assert b"out of memory" in stderr and b"128 MiB" in stderr
+            assert client.get(f"/v1/sandboxes/{sbx}").json()["state"] == "running"
+            again = exec_lines(client, sbx, {"cmd": ["echo", "alive"]})
+            assert again[-1]["exit_code"] == 0
         finally:
             client.delete(f"/v1/sandboxes/{sbx}")
 

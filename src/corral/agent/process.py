@@ -95,6 +95,19 @@ class Process:
             self.retained += len(data)
             self.cond.notify_all()
 
+    def add_note(self, kind: bytes, data: bytes) -> None:
+        """Append a line of the agent's own (the OOM killer's) to the output, never waiting
+        for followers; nothing once the process's output has ended."""
+        with self.cond:
+            if self.exit_seq is not None:
+                return
+            while self.events and self.retained + len(data) > RETAIN_BYTES:
+                self._drop_oldest()
+            self.events.append((self.next_seq, kind, data))
+            self.next_seq += 1
+            self.retained += len(data)
+            self.cond.notify_all()
+
     def _drop_oldest(self) -> None:
         seq, _, data = self.events.popleft()
         self.retained -= len(data)

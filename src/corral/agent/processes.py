@@ -29,6 +29,7 @@ import time
 from .errors import ApiError, bad_request
 from .files import resolve_path
 from .jsonio import json_dumps
+from .oom import MIB, OomKiller
 from .process import Process
 from .spawn import popen_child, spawn_child
 
@@ -130,10 +131,29 @@ class Agent:
         self.default_env = clean_env(env)
         self.pumps = PumpPool()
         self.deadlines = Deadlines()
+        self.oom = OomKiller(self._on_oom_kill)
 
     def start(self) -> None:
-        """Start the reaper (pipe readers and the deadline thread start when first needed)."""
+        """Start the reaper and (inside a sandbox) the OOM killer; pipe readers and the
+        deadline thread start when first needed."""
         threading.Thread(target=self._reap_forever, name="reaper", daemon=True).start()
+        self.oom.start()
+
+    def _on_oom_kill(self, chain: list[int], resident: int, name: str, total: int) -> None:
+        """Say why: on the agent's log, and on the stderr of the process it started that the
+        victim is (or descends from), as a shell says "Killed"."""
+        note = (
+            f"corral: out of memory: killed process {chain[0]} ({name}) using "
+            f"{resident // MIB} MiB; "
+            f"the sandbox has {total // MIB} MiB (create it with more memory)\n"
+        )
+        import sys
+
+        print(note, end="", file=sys.stderr, flush=True)
+        with self.lock:
+            started = [self.processes[p] for p in chain if p in self.processes]
+        if started:
+            started[0].add_note(b"stderr", note.encode())
 
     def _reap_forever(self) -> None:
         while True:

@@ -71,10 +71,13 @@ def list_sandboxes(
     ctx: typer.Context,
     state: str | None = typer.Option(None, "--state", help="Only sandboxes in this state."),
     metadata: list[str] = typer.Option([], "--metadata", help="K=V filter, repeatable."),
+    show_all: bool = typer.Option(
+        False, "--all", "-a", help="Also the ended (killed, stopped) sandboxes."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
-    """List sandboxes."""
-    found = client(ctx).list_sandboxes(state, parse_pairs(metadata, "--metadata"))
+    """List live sandboxes (`--all`: also the ended ones still on record)."""
+    found = client(ctx).list_sandboxes(state, parse_pairs(metadata, "--metadata"), all=show_all)
     if as_json:
         print_json([sbx.to_dict() for sbx in found])
     else:

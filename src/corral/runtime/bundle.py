@@ -3,7 +3,11 @@
 Pure functions: a ``SandboxSpec`` plus the container's cgroup path in, a JSON-ready dict out. The
 process is the injected agent (cwd ``/``, root, Docker's default capabilities less three); the
 root is the template's shared rootfs, marked writable because runsc puts its own overlay over it
-(``--overlay2=root:dir=...``) and never writes the template itself.
+(``--overlay2=all:dir=...``) and never writes the template itself.
+
+``/tmp`` is a bind mount of an empty host directory (``tmp_source``): runsc overlays it like the
+root, so its writes land in the sandbox's disk-backed filestore and count against its disk, and
+gVisor does not mount its memory-backed tmpfs there (it does so only when the spec has no ``/tmp``).
 """
 
 from __future__ import annotations
@@ -79,18 +83,42 @@ def _environment(spec: SandboxSpec) -> list[str]:
     return [f"{k}={v}" for k, v in env.items()]
 
 
-def _resources(spec: SandboxSpec) -> dict[str, Any]:
+def _resources(spec: SandboxSpec, cpuset: str | None) -> dict[str, Any]:
     res = spec.resources
     memory = res.memory_mib * _MIB
+    cpu: dict[str, Any] = {
+        "quota": max(1000, round(res.cpu * CPU_PERIOD_US)),
+        "period": CPU_PERIOD_US,
+    }
+    if cpuset:
+        cpu["cpus"] = cpuset  # runsc sizes the sandbox's CPU count (nproc) by it
     return {
-        "cpu": {"quota": max(1000, round(res.cpu * CPU_PERIOD_US)), "period": CPU_PERIOD_US},
+        "cpu": cpu,
         "memory": {"limit": memory, "swap": memory},
         "pids": {"limit": res.pids},
     }
 
 
-def render_config(spec: SandboxSpec, *, cgroups_path: str) -> dict[str, Any]:
-    """The OCI ``config.json`` for ``spec``'s container, whose cgroups live at ``cgroups_path``."""
+def _tmp_mount(source: str) -> dict[str, Any]:
+    return {
+        "destination": "/tmp",
+        "type": "bind",
+        "source": source,
+        "options": ["rbind", "rw", "nosuid", "nodev"],
+    }
+
+
+def render_config(
+    spec: SandboxSpec,
+    *,
+    cgroups_path: str,
+    tmp_source: str | None = None,
+    cpuset: str | None = None,
+) -> dict[str, Any]:
+    """The OCI ``config.json`` for ``spec``'s container, whose cgroups live at ``cgroups_path``.
+
+    ``tmp_source`` is the empty host dir mounted (overlaid) at ``/tmp``; ``cpuset`` the host
+    CPUs the sandbox may run on (``"0"``, ``"0-1"``), None for all."""
     network: dict[str, str] = {"type": "network"}
     if spec.netns_path:
         network["path"] = spec.netns_path
@@ -118,7 +146,11 @@ def render_config(spec: SandboxSpec, *, cgroups_path: str) -> dict[str, Any]:
         },
         "root": {"path": str(spec.rootfs), "readonly": False},
         "hostname": spec.hostname,
-        "mounts": [*_BASE_MOUNTS, *agent_mounts],
+        "mounts": [
+            *_BASE_MOUNTS,
+            *([_tmp_mount(tmp_source)] if tmp_source else []),
+            *agent_mounts,
+        ],
         "annotations": dict(spec.annotations),
         "linux": {
             "namespaces": [
@@ -129,7 +161,7 @@ def render_config(spec: SandboxSpec, *, cgroups_path: str) -> dict[str, Any]:
                 network,
             ],
             "cgroupsPath": cgroups_path,
-            "resources": _resources(spec),
+            "resources": _resources(spec, cpuset),
         },
     }
 

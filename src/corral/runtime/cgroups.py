@@ -51,6 +51,33 @@ class SandboxCgroups:
                 return int(value)
         return 0
 
+    def prepare_cpuset(self) -> None:
+        """Give the parent cgroup (v1) the host's CPUs and memory nodes if it has none yet: a new
+        v1 cpuset cgroup starts empty, and a container's cpuset must lie within its parent's."""
+        if self.unified:
+            return
+        above = self.root / "cpuset"
+        for part in Path(self.parent).parts:
+            here = above / part
+            here.mkdir(exist_ok=True)
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if not (here / name).read_text().strip():
+                    (here / name).write_text((above / name).read_text().strip())
+            above = here
+
+    def raise_memory_limit(self, container_id: str, limit_bytes: int) -> None:
+        """Set the container's host memory limit (memory+swap too, which must stay >= it)
+        to ``limit_bytes``, above what runsc set from the spec."""
+        rel = Path(self.parent) / container_id
+        if self.unified:
+            (self.root / rel / "memory.max").write_text(str(limit_bytes))
+            return
+        memory = self.root / "memory" / rel
+        memsw = memory / "memory.memsw.limit_in_bytes"
+        if memsw.exists():  # raise memory+swap first: it may never be below the memory limit
+            memsw.write_text(str(limit_bytes))
+        (memory / "memory.limit_in_bytes").write_text(str(limit_bytes))
+
     def remove(self, container_id: str) -> None:
         """Remove the container's cgroups if they are left (only empty cgroups can go)."""
         for path in self._dirs(container_id):

@@ -1,10 +1,10 @@
 """The size-limited writable disk of a sandbox: a sparse ext4 image, loop-mounted on the host.
 
-runsc is given ``--overlay2=root:dir=<mount point>``: the copy-on-write layer over the shared
-read-only template rootfs is backed by a file that runsc creates in that directory, so the layer is
-bounded by the ext4 size (a write past it fails with ENOSPC inside the sandbox) and the template is
-never written. Mounting with ``-o loop`` lets the kernel free the loop device on unmount
-(autoclear), so there is no loop device to track.
+runsc is given ``--overlay2=all:dir=<mount point>``: the copy-on-write layers over the shared
+read-only template rootfs and over ``/tmp`` are backed by files that runsc creates in that
+directory, so they are bounded by the ext4 size (a write past it fails with ENOSPC inside the
+sandbox) and the template is never written. Mounting with ``-o loop`` lets the kernel free the
+loop device on unmount (autoclear), so there is no loop device to track.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import os
 import shutil
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,9 @@ _STATUS = {
 Undo = Callable[[], Awaitable[None]]
 RunscAction = Callable[[str], Awaitable[None]]
 _MAX_SOCKET_PATH = 107
+# In a checkpoint image: its sandbox had /tmp on its disk (an overlaid bind mount). Images
+# without it (older ones) restore into the layout they were taken in, /tmp as gVisor's tmpfs.
+TMP_ON_DISK_MARKER = "corral-tmp-on-disk"
 _FAILURES = (RunscError, DiskError, ConsoleError, CommandError, OSError, ValueError)
 
 
@@ -88,6 +92,7 @@ class GVisorRuntime:
             )
         )
         self._cgroups = SandboxCgroups(cgroup_parent)
+        self._next_cpu = 0  # where the next sandbox's cpuset starts: spreads them over the host
         if subreaper:
             become_subreaper()
 
@@ -209,6 +214,8 @@ class GVisorRuntime:
         try:
             image_dir.mkdir(parents=True, exist_ok=True)
             await self._runsc.checkpoint(cid, image_dir, leave_running=leave_running)
+            if paths.tmp_lower.is_dir():
+                (image_dir / TMP_ON_DISK_MARKER).touch()
             await asyncio.to_thread(_fsync_tree, image_dir)
         except _FAILURES as exc:
             raise RuntimeFailure(f"{verb}: {exc}") from exc
@@ -290,7 +297,26 @@ class GVisorRuntime:
                 await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
         record.container_ids = [cid]
         paths.save(record)
-        config = render_config(spec, cgroups_path=self._cgroups.path_for(cid))
+        # A build's writable root takes /tmp writes itself; an older image keeps its layout.
+        tmp_on_disk = not spec.writable_root and (
+            image_dir is None or (image_dir / TMP_ON_DISK_MARKER).is_file()
+        )
+        tmp_source = None
+        if tmp_on_disk:
+            paths.tmp_lower.mkdir(exist_ok=True)
+            paths.tmp_lower.chmod(0o1777)
+            tmp_source = str(paths.tmp_lower)
+        elif paths.tmp_lower.is_dir():
+            paths.tmp_lower.rmdir()  # it marks a generation with /tmp on disk
+        cpuset = self._pick_cpuset(spec.resources.cpu)
+        if cpuset is not None:
+            self._cgroups.prepare_cpuset()
+        config = render_config(
+            spec,
+            cgroups_path=self._cgroups.path_for(cid),
+            tmp_source=tmp_source,
+            cpuset=cpuset,
+        )
         write_config(paths.bundle, config)
         network = NetworkMode(spec.netns_path)
         overlay = None if spec.writable_root else paths.disk_mount(gen)
@@ -309,11 +335,34 @@ class GVisorRuntime:
             )
         else:
             await self._runsc.restore(
-                cid, paths.bundle, image_dir, network=network, overlay_dir=overlay, log_path=log
+                cid,
+                paths.bundle,
+                image_dir,
+                network=network,
+                overlay_dir=overlay,
+                log_path=log,
+                overlay_scope="all" if tmp_on_disk else "root",
             )
         status = self._runsc.recorded_state(cid)  # `runsc state` would cost ~25 ms more
         if status != "running":
             raise RunscError(f"container {cid} is {status or 'gone'} right after booting")
+        # The sandbox sees (and its agent's OOM killer enforces) its memory; the host cgroup's
+        # killer, which would take the whole sandbox, only acts past a headroom above it.
+        memory = spec.resources.memory_mib
+        limit_mib = memory + memory_headroom_mib(memory)
+        self._cgroups.raise_memory_limit(cid, limit_mib * 1024 * 1024)
+
+    def _pick_cpuset(self, cpu: float) -> str | None:
+        """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them, so that it sees that
+        many (``nproc``); None (all) when it is given as many as the host has. The cpu quota
+        still bounds its time; successive sandboxes start on successive CPUs."""
+        host = sorted(os.sched_getaffinity(0))
+        count = max(1, math.ceil(cpu))
+        if count >= len(host):
+            return None
+        start = self._next_cpu % len(host)
+        self._next_cpu = start + count
+        return ",".join(str(host[(start + i) % len(host)]) for i in range(count))
 
     async def _drop_generation(self, paths: SandboxPaths, cid: str, gen: int | None) -> None:
         """Delete one runsc container, its cgroups and (if ``gen`` is given) its disk."""
@@ -354,6 +403,12 @@ class GVisorRuntime:
             await action(record.current_container)
         except RunscError as exc:
             raise RuntimeFailure(f"{verb} sandbox {sandbox_id}: {exc}") from exc
+
+
+def memory_headroom_mib(memory_mib: int) -> int:
+    """Host memory a sandbox may use beyond its own: gVisor's own (sentry, page tables) and what
+    a process can allocate between two looks of the in-sandbox OOM killer."""
+    return 64 + memory_mib // 64
 
 
 def _has_mount_below(directory: Path) -> bool:

@@ -9,6 +9,7 @@
         disk-NNNN/          its mount point, given to runsc as the overlay's backing dir
         console/            a small tmpfs of its own (bounds the log; ``console.py``)
             console.log     the agent's stdout/stderr and runsc's own errors (O_APPEND)
+        tmp/                empty forever (mode 1777): the lower layer of the sandbox's /tmp
     /run/corral/<key>/      runsc's --root (state files, sockets; short: sun_path is 107 bytes)
     <root_dir>/.debug/      runsc debug logs when debugging is on
 
@@ -84,6 +85,11 @@ class SandboxPaths:
     @property
     def console_dir(self) -> Path:
         return self.dir / "console"
+
+    @property
+    def tmp_lower(self) -> Path:
+        """The empty dir bind-mounted at ``/tmp``; runsc's overlay takes every write to it."""
+        return self.dir / "tmp"
 
     @property
     def console_log(self) -> Path:

@@ -85,10 +85,16 @@ class RunscRunner:
             flags += ["--debug", f"--debug-log={self.options.debug_log_dir}/"]
         return flags
 
-    def _boot_flags(self, network: NetworkMode, overlay_dir: Path | None) -> list[str]:
+    def _boot_flags(
+        self, network: NetworkMode, overlay_dir: Path | None, overlay_scope: str = "all"
+    ) -> list[str]:
         # No overlay dir: writes go straight to the OCI root on the host (a build's own dir).
-        overlay = f"root:dir={overlay_dir}" if overlay_dir is not None else "none"
+        # "all": writable bind mounts (/tmp) are overlaid too, their writes on the same disk;
+        # "root" only for images checkpointed before /tmp moved to the disk.
+        overlay = f"{overlay_scope}:dir={overlay_dir}" if overlay_dir is not None else "none"
         flags = [f"--platform={self.options.platform}", f"--overlay2={overlay}"]
+        # The CPU count inside follows the container's cpuset, lowered further to its quota.
+        flags.append("--cpu-num-from-quota")
         if network.netns_path:
             flags += ["--network=sandbox", "--net-disconnect-ok"]
         else:
@@ -157,9 +163,10 @@ class RunscRunner:
         network: NetworkMode,
         overlay_dir: Path | None,
         log_path: Path,
+        overlay_scope: str = "all",
     ) -> None:
         """``runsc restore -detach``: boot ``container_id`` from a checkpoint image."""
-        args = [*self._boot_flags(network, overlay_dir), "restore", "-detach"]
+        args = [*self._boot_flags(network, overlay_dir, overlay_scope), "restore", "-detach"]
         args += ["--image-path", str(image_dir), "-bundle", str(bundle), container_id]
         await self._boot(args, network, log_path)
 

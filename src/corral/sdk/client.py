@@ -129,11 +129,19 @@ class AsyncClient:
     # -- sandboxes ----------------------------------------------------------------------------
 
     async def list_sandboxes(
-        self, state: str | None = None, metadata: Mapping[str, str] | None = None
+        self,
+        state: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        all: bool = False,
     ) -> list[SandboxInfo]:
+        """Live sandboxes (creating, running, parked, failed); with ``all`` also the ended ones
+        whose records the daemon still keeps; with ``state`` those in that state."""
         params: list[tuple[str, Any]] = []
         if state:
             params.append(("state", state))
+        if all:
+            params.append(("all", "true"))
         params.extend(("metadata", f"{key}={value}") for key, value in (metadata or {}).items())
         answer = await self.session.json("GET", "/v1/sandboxes", params=params)
         return [SandboxInfo.from_wire(item) for item in answer.get("sandboxes", [])]

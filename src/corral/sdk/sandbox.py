@@ -170,10 +170,12 @@ class AsyncSandbox:
         *,
         url: str | None = None,
         api_key: str | None = None,
+        all: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> builtins.list[SandboxInfo]:
+        """Live sandboxes; with ``all`` also ended ones the daemon still has records of."""
         async with _own_client(url, api_key, transport) as client:
-            return await client.list_sandboxes(state=state, metadata=metadata)
+            return await client.list_sandboxes(state=state, metadata=metadata, all=all)
 
     async def close(self) -> None:
         """Release the HTTP connections of a client this handle owns (the sandbox keeps running)."""

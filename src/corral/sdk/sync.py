@@ -171,10 +171,13 @@ class Sandbox:
         url: str | None = None,
         api_key: str | None = None,
         *,
+        all: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> builtins.list[SandboxInfo]:
         return portal().call(
-            AsyncSandbox.list(state, metadata, url=url, api_key=api_key, transport=transport)
+            AsyncSandbox.list(
+                state, metadata, url=url, api_key=api_key, all=all, transport=transport
+            )
         )
 
     def __enter__(self) -> Sandbox:
@@ -334,9 +337,13 @@ class Client:
         )
 
     def list_sandboxes(
-        self, state: str | None = None, metadata: Mapping[str, str] | None = None
+        self,
+        state: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        *,
+        all: bool = False,
     ) -> list[SandboxInfo]:
-        return portal().call(self._async.list_sandboxes(state, metadata))
+        return portal().call(self._async.list_sandboxes(state, metadata, all=all))
 
     def create_sandbox(self, template: str = "base", **options: Unpack[SandboxOptions]) -> Sandbox:
         inner = portal().call(self._async.create_sandbox(template, **options))

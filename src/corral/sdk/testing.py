@@ -192,11 +192,12 @@ class FakeDaemon:
 
     async def _list(self, request: httpx.Request) -> httpx.Response:
         state = request.url.params.get("state")
+        ended = request.url.params.get("all") == "true"
         wanted = [pair.split("=", 1) for pair in request.url.params.get_list("metadata")]
         found = [
             record
             for record in self.sandboxes.values()
-            if (state is None or record["state"] == state)
+            if (record["state"] == state if state else ended or record["state"] != "killed")
             and all(record["metadata"].get(key) == value for key, value in wanted)
         ]
         return httpx.Response(200, json={"sandboxes": found})

@@ -443,9 +443,16 @@ class LifecycleService:
     async def _monitor_loop(self) -> None:
         health_every = 3.0
         last_health = 0.0
+        prune_every = min(60.0, max(1.0, self.settings.ended_retention_seconds / 4))
+        last_prune = 0.0
         while True:
             try:
                 await self._expire_and_idle()
+                if time.monotonic() - last_prune >= prune_every:
+                    last_prune = time.monotonic()
+                    pruned = self.sb.prune_ended(time.time())
+                    if pruned:
+                        log.info("pruned the records of %d ended sandboxes", len(pruned))
                 if time.monotonic() - last_health >= health_every:
                     last_health = time.monotonic()
                     for record in self.db.sandboxes.list(states={"running"}):

@@ -68,6 +68,9 @@ log = logging.getLogger("corral.sandboxes")
 ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 12
 LIVE_STATES = {"creating", "running", "parked"}
+# Not listed by default; their records (and failed ones') are pruned after the retention.
+ENDED_STATES = {"killed", "stopped"}
+PRUNED_STATES = {*ENDED_STATES, "error"}
 MIN_MEMORY_MIB = 64
 MIN_DISK_MIB = 32
 MIN_CPU = 0.05
@@ -188,11 +191,23 @@ class SandboxService:
         states: Iterable[str] | None = None,
         metadata: dict[str, str] | None = None,
         include_pooled: bool = False,
+        include_ended: bool = False,
     ) -> list[SandboxRecord]:
-        """Sandboxes as users see them (the ready pools' sandboxes are not theirs yet)."""
+        """Sandboxes as users see them (the ready pools' sandboxes are not theirs yet): those in
+        ``states``, else all but the ended ones unless ``include_ended``."""
         wanted = set(states) if states else None
         records = self.db.sandboxes.list(states=wanted, metadata=metadata)
+        if wanted is None and not include_ended:
+            records = [r for r in records if r.state not in ENDED_STATES]
         return [r for r in records if include_pooled or not r.pooled]
+
+    def prune_ended(self, now: float) -> builtins.list[str]:
+        """Forget the sandboxes that ended (or failed) more than the workspace's retention ago."""
+        cutoff = now - self.settings.ended_retention_seconds
+        pruned = self.db.sandboxes.prune(states=PRUNED_STATES, ended_before=cutoff)
+        for sandbox_id in pruned:
+            self._locks.pop(sandbox_id, None)
+        return pruned
 
     def agent(
         self, sandbox_id: str, action: str, record: SandboxRecord | None = None
@@ -712,7 +727,8 @@ class SandboxService:
             if info.oom_killed:
                 reason = (
                     f"out of memory: the sandbox used more than its {record.memory_mib} MiB "
-                    "and was stopped"
+                    "faster than its processes could be killed, and was stopped; kill it and "
+                    "create a new one with more memory (corral new --memory MIB)"
                 )
             else:
                 reason = f"the sandbox's runtime stopped unexpectedly ({info.status.value})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 from typing import Any
 
@@ -109,6 +110,21 @@ class SandboxRepository:
             row.updated_at = time.time()
             session.flush()
             return _record(row)
+
+    def prune(self, *, states: set[str], ended_before: float) -> builtins.list[str]:
+        """Delete the records in ``states`` last changed before ``ended_before`` that hold no
+        image on disk; return their ids."""
+        with self._sessions.begin() as session:
+            rows = session.scalars(
+                select(SandboxRow).where(
+                    SandboxRow.state.in_(states),
+                    SandboxRow.updated_at < ended_before,
+                    SandboxRow.image_path.is_(None),
+                )
+            ).all()
+            for row in rows:
+                session.delete(row)
+            return [row.id for row in rows]
 
     def delete(self, sandbox_id: str) -> None:
         with self._sessions.begin() as session:

@@ -58,6 +58,15 @@ def test_ls_table_and_json(fake: FakeDaemon) -> None:
     assert [item["id"] for item in listed] == [sandbox_id]
 
 
+def test_ls_hides_killed_sandboxes_unless_all(fake: FakeDaemon) -> None:
+    live, gone = new_sandbox(fake), new_sandbox(fake)
+    assert corral(fake, "kill", gone).exit_code == 0
+    assert [s["id"] for s in json.loads(corral(fake, "ls", "--json").stdout)] == [live]
+    every = json.loads(corral(fake, "ls", "--all", "--json").stdout)
+    assert {s["id"] for s in every} == {live, gone}
+    assert str(fake.requests[-1].url).endswith("all=true")
+
+
 def test_info_and_kill(fake: FakeDaemon) -> None:
     sandbox_id = new_sandbox(fake)
     assert json.loads(corral(fake, "info", sandbox_id, "--json").stdout)["id"] == sandbox_id

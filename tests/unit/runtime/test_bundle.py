@@ -72,3 +72,24 @@ def test_write_config_is_atomic_and_readable(tmp_path: Path) -> None:
     path = write_config(tmp_path / "bundle", {"ociVersion": "1.0.2"})
     assert path.read_text().startswith("{")
     assert sorted(p.name for p in path.parent.iterdir()) == ["config.json"]
+
+
+def test_tmp_is_an_overlaid_bind_of_the_given_dir_only_when_given() -> None:
+    mounts = render_config(spec(), cgroups_path="/x", tmp_source="/s/sbx/tmp")["mounts"]
+    tmp = [m for m in mounts if m["destination"] == "/tmp"]
+    # rw on purpose: runsc overlays only writable binds, so writes go to the disk's filestore.
+    assert tmp == [
+        {
+            "destination": "/tmp",
+            "type": "bind",
+            "source": "/s/sbx/tmp",
+            "options": ["rbind", "rw", "nosuid", "nodev"],
+        }
+    ]
+    plain = render_config(spec(), cgroups_path="/x")["mounts"]
+    assert all(m["destination"] != "/tmp" for m in plain)
+
+
+def test_cpuset_is_set_only_when_given() -> None:
+    cpu = render_config(spec(), cgroups_path="/x", cpuset="1")["linux"]["resources"]["cpu"]
+    assert cpu == {"quota": 150_000, "period": 100_000, "cpus": "1"}

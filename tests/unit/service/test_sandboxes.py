@@ -209,3 +209,20 @@ async def test_adopting_after_a_wake_cut_before_its_rekey_finishes_the_rekey(
     client = ws.sandboxes.agent(record.id, "exec")
     assert "boot_id" in await client.health()  # the agent now takes the persisted key
     assert await run(ws, record.id, shell="echo ok") == (0, b"ok\n")
+
+
+async def test_list_shows_live_sandboxes_unless_all_and_prunes_ended(harness: Harness) -> None:
+    ws = harness.workspace
+    live = await ws.sandboxes.create(CreateRequest(memory_mib=128))
+    gone = await ws.sandboxes.create(CreateRequest(memory_mib=128))
+    await ws.sandboxes.kill(gone.id)
+    assert [r.id for r in ws.sandboxes.list()] == [live.id]
+    assert {r.id for r in ws.sandboxes.list(include_ended=True)} == {live.id, gone.id}
+    assert [r.id for r in ws.sandboxes.list(states=["killed"])] == [gone.id]
+    retention = ws.settings.ended_retention_seconds
+    assert ws.sandboxes.prune_ended(time.time()) == []  # still within the retention
+    assert ws.sandboxes.prune_ended(time.time() + retention + 1) == [gone.id]
+    with pytest.raises(NotFound):
+        ws.sandboxes.get(gone.id)
+    assert ws.sandboxes.get(live.id).state == "running"  # live ones are never pruned
+    await ws.sandboxes.kill(live.id)

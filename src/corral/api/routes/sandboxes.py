@@ -67,6 +67,13 @@ async def list_sandboxes(
     include_pooled: Annotated[
         bool, Query(description="also the ready sandboxes waiting in template pools")
     ] = False,
+    include_ended: Annotated[
+        bool,
+        Query(
+            alias="all",
+            description="also the ended (killed, stopped) ones, until their records are pruned",
+        ),
+    ] = False,
 ) -> schemas.SandboxList:
     wanted: dict[str, str] = {}
     for item in metadata or []:
@@ -74,7 +81,12 @@ async def list_sandboxes(
         if not sep or not key:
             raise InvalidRequest(f"metadata filter must be KEY=VALUE, got {item!r}")
         wanted[key] = value
-    records = sandboxes.list(states=state, metadata=wanted or None, include_pooled=include_pooled)
+    records = sandboxes.list(
+        states=state,
+        metadata=wanted or None,
+        include_pooled=include_pooled,
+        include_ended=include_ended,
+    )
     return schemas.SandboxList(sandboxes=[to_schema(r) for r in records])
 
 
