@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corral.images.store import base_recipe
 from tests.e2e.conftest import IMAGES_DIR, Daemon, leftover_namespaces, start_daemon, stop_daemon
 
 pytestmark = pytest.mark.e2e
@@ -186,7 +187,8 @@ def test_new_state_is_born_private_under_the_daemons_umask(daemon: Daemon) -> No
 def test_the_host_wide_images_dir_is_made_private(tmp_path: Path) -> None:
     images = tmp_path / "images"
     (images / "base" / "rootfs").mkdir(parents=True)
-    (images / "base" / "image.json").write_text("{}")
+    # An image of the current recipe, so build-base keeps it rather than rebuilding it.
+    (images / "base" / "image.json").write_text(json.dumps({"recipe": base_recipe()}))
     os.chmod(images, 0o755)
     out = subprocess.run(
         [sys.executable, "-m", "corral.images", "build-base", "--images-dir", str(images)],
