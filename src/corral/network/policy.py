@@ -323,8 +323,8 @@ def _parse_network(text: str, raw: str) -> ipaddress.IPv4Network:
 
 def _parse_host(text: str, raw: str) -> str:
     name = text.rstrip(".")
-    if name.startswith("*."):
-        if name == "*.":
+    if name in ("*", "*.") or name.startswith("*."):
+        if name in ("*", "*."):
             raise PolicyError(f"rule {raw!r}: '*.' needs a domain after it, as in *.example.com")
         _check_hostname(name[2:], raw)
         return name

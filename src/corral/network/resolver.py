@@ -125,12 +125,15 @@ class SandboxResolver:
     # -- the answer (pure apart from the upstream call) ------------------------------------------
 
     async def answer(self, sandbox: SandboxEgress, wire: bytes, upstream: Upstream) -> bytes:
-        """The response to one query from ``sandbox``; records forwarded A answers."""
+        """The response to one query from ``sandbox`` (empty: send nothing, e.g. for a message that
+        is itself a response); records forwarded A answers."""
         try:
             query = dns.message.from_wire(wire)
         except (dns.exception.DNSException, ValueError):
             return _formerr(wire)
-        if query.flags & dns.flags.QR or len(query.question) != 1:
+        if query.flags & dns.flags.QR:
+            return b""  # never answer an answer
+        if len(query.question) != 1:
             return _reply(query, dns.rcode.FORMERR)
         question = query.question[0]
         name = question.name.to_text(omit_final_dot=True).lower()
@@ -239,6 +242,8 @@ class SandboxResolver:
                 wire = await asyncio.wait_for(reader.readexactly(size), _TCP_IDLE)
                 async with listener.inflight:
                     reply = await self.answer(sandbox, wire, self._upstream)
+                if not reply:
+                    break
                 writer.write(struct.pack("!H", len(reply)) + reply)
                 await writer.drain()
         except (asyncio.IncompleteReadError, TimeoutError, OSError):
@@ -272,6 +277,8 @@ class _UdpProtocol(asyncio.DatagramProtocol):
     async def _handle(self, data: bytes, addr: tuple[str, int]) -> None:
         async with self._holder[0].inflight:
             reply = await self._resolver.answer(self._sandbox, data, self._resolver._upstream)
+        if not reply:
+            return
         if len(reply) > 512 and not _has_edns(data):
             reply = _truncate(reply)
         if self._transport is not None and not self._transport.is_closing():

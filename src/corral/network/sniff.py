@@ -17,7 +17,6 @@ _HANDSHAKE = 0x16
 _CLIENT_HELLO = 0x01
 _SNI_EXTENSION = 0x0000
 _HOST_NAME = 0x00
-_HOST_LINE = re.compile(rb"^host:[ \t]*([^\r\n]*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
 
 
 def is_tls(head: bytes) -> bool:
@@ -59,7 +58,11 @@ def http_host(head: bytes) -> str | None:
     lines = head[:end].split(b"\r\n")
     if len(lines[0].split(b" ")) != 3:
         return None
-    found = _HOST_LINE.findall(b"\r\n".join(lines[1:]))
+    found = [
+        line.split(b":", 1)[1].strip(b" \t")
+        for line in lines[1:]
+        if line.split(b":", 1)[0].lower() == b"host" and b":" in line
+    ]
     if len(found) != 1:  # none, or several (a smuggling attempt): refuse
         return None
     host = found[0].decode("ascii", "replace")
