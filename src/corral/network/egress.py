@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from corral.network import firewall
 from corral.network.base import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure
@@ -62,13 +63,17 @@ class EgressContext:
 
     def blocked(self) -> list[str]:
         """The always-blocked networks, merged (nft interval sets refuse overlaps)."""
-        nets = [ipaddress.IPv4Network(net) for net in (*ALWAYS_BLOCKED, self.slot_subnet)]
-        nets += [ipaddress.IPv4Network(f"{addr}/32") for addr in self.host_addresses]
-        return [str(net) for net in ipaddress.collapse_addresses(nets)]
+        return [str(net) for net in self._blocked_networks]
 
     def is_blocked(self, address: str) -> bool:
         ip = ipaddress.IPv4Address(address)
-        return any(ip in ipaddress.IPv4Network(net) for net in self.blocked())
+        return any(ip in net for net in self._blocked_networks)
+
+    @cached_property
+    def _blocked_networks(self) -> list[ipaddress.IPv4Network]:
+        nets = [ipaddress.IPv4Network(net) for net in (*ALWAYS_BLOCKED, self.slot_subnet)]
+        nets += [ipaddress.IPv4Network(f"{addr}/32") for addr in self.host_addresses]
+        return list(ipaddress.collapse_addresses(nets))
 
 
 @dataclass(frozen=True)

@@ -104,25 +104,69 @@ def _allowed_by_address_rule(sandbox: SandboxEgress, address: str, port: int) ->
 
 @dataclass(eq=False)
 class _Connection:
-    flow: Flow
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    """One proxied connection: its two sockets and the task that serves it."""
+
+    flow: Flow | None
+    client: socket.socket
+    task: asyncio.Task[None] | None = None
+    upstream: socket.socket | None = None
 
     def cut(self) -> None:
-        for writer in self.writers:
-            writer.transport.abort()
+        if self.task is not None:
+            self.task.cancel()
+
+
+class _SocketPool:
+    """Unconnected client sockets made ahead in a slot namespace: making one there takes a
+    thread that enters the namespace (about a millisecond), which a connection should not wait
+    for. Holds at most ``size``; refilled in the background once it is half empty."""
+
+    def __init__(self, slot_ns: str, size: int = 16) -> None:
+        self._slot_ns = slot_ns
+        self._size = size
+        self._ready: list[socket.socket] = []
+        self._refill: asyncio.Task[None] | None = None
+
+    async def take(self) -> socket.socket:
+        sock = self._ready.pop() if self._ready else None
+        if len(self._ready) <= self._size // 2 and (self._refill is None or self._refill.done()):
+            self._refill = asyncio.create_task(self._fill())
+        if sock is None:
+            sock = await asyncio.to_thread(run_in_netns, self._slot_ns, _client_socket)
+        return sock
+
+    async def _fill(self) -> None:
+        while (missing := self._size - len(self._ready)) > 0:
+            made = await asyncio.to_thread(
+                run_in_netns, self._slot_ns, lambda: [_client_socket() for _ in range(missing)]
+            )
+            self._ready.extend(made)
+            for extra in self._ready[self._size :]:
+                extra.close()
+            del self._ready[self._size :]
+
+    async def close(self) -> None:
+        if self._refill is not None:
+            with contextlib.suppress(Exception):
+                await self._refill
+        for sock in self._ready:
+            sock.close()
+        self._ready.clear()
 
 
 @dataclass(eq=False)
 class _Listener:
     sandbox: SandboxEgress
-    server: asyncio.Server
+    sock: socket.socket
+    pool: _SocketPool
+    accepting: asyncio.Task[None] | None = None
     connections: set[_Connection] = field(default_factory=set)
 
 
 class EgressProxy:
     """Listens in each sandbox's slot namespace on ``context.proxy_port``. Not thread-safe; all
-    methods run on one event loop."""
+    methods run on one event loop. Sockets are driven directly (``loop.sock_*``), with one
+    ``chunk``-sized buffer per direction: the next read waits until the last one is sent."""
 
     def __init__(
         self,
@@ -131,13 +175,15 @@ class EgressProxy:
         head_timeout: float = 10.0,
         connect_timeout: float = 10.0,
         idle_timeout: float = 300.0,
-        chunk: int = 65536,
+        chunk: int = 262144,
+        max_connections: int = 1024,
     ) -> None:
         self.hook: EgressHook = hook or PassThrough()
         self._head_timeout = head_timeout
         self._connect_timeout = connect_timeout
         self._idle_timeout = idle_timeout
         self._chunk = chunk
+        self._max_connections = max_connections
         self._listeners: dict[str, _Listener] = {}
 
     async def serve(self, sandbox: SandboxEgress) -> None:
@@ -147,12 +193,9 @@ class EgressProxy:
         sock = await asyncio.to_thread(
             run_in_netns, sandbox.slot_ns, lambda: _listen(INNER_GATEWAY, port)
         )
-        holder: list[_Listener] = []
-        server = await asyncio.start_server(
-            lambda r, w: self._handle(holder[0], r, w), sock=sock, limit=self._chunk
-        )
-        holder.append(_Listener(sandbox, server))
-        self._listeners[sandbox.sandbox_id] = holder[0]
+        listener = _Listener(sandbox, sock, _SocketPool(sandbox.slot_ns))
+        listener.accepting = asyncio.create_task(self._accept(listener))
+        self._listeners[sandbox.sandbox_id] = listener
 
     def recheck(self, sandbox_id: str) -> int:
         """After a policy change: cut the sandbox's proxied connections the new policy forbids
@@ -163,6 +206,8 @@ class EgressProxy:
         cut = 0
         for conn in list(listener.connections):
             flow = conn.flow
+            if flow is None:
+                continue
             if not decide(listener.sandbox, flow.name, flow.address, flow.port).allowed:
                 conn.cut()
                 cut += 1
@@ -172,10 +217,16 @@ class EgressProxy:
         listener = self._listeners.pop(sandbox_id, None)
         if listener is None:
             return
-        listener.server.close()
+        if listener.accepting is not None:
+            listener.accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener.accepting
+        listener.sock.close()
+        tasks = [conn.task for conn in listener.connections if conn.task is not None]
         for conn in list(listener.connections):
             conn.cut()
-        await listener.server.wait_closed()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await listener.pool.close()
 
     async def close(self) -> None:
         for sandbox_id in list(self._listeners):
@@ -183,80 +234,92 @@ class EgressProxy:
 
     # -- one connection --------------------------------------------------------------------------
 
-    async def _handle(
-        self, listener: _Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _accept(self, listener: _Listener) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, _ = await loop.sock_accept(listener.sock)
+            except OSError as exc:
+                log.warning("sandbox %s: proxy accept failed: %s", listener.sandbox.sandbox_id, exc)
+                await asyncio.sleep(0.1)  # e.g. out of descriptors: back off, then go on
+                continue
+            if len(listener.connections) >= self._max_connections:
+                client.close()
+                continue
+            client.setblocking(False)
+            conn = _Connection(None, client)
+            listener.connections.add(conn)
+            conn.task = asyncio.create_task(self._handle(listener, conn))
+
+    async def _handle(self, listener: _Listener, conn: _Connection) -> None:
         sandbox = listener.sandbox
+        client = conn.client
+        finished = False
         try:
-            address, port = _original_destination(writer.get_extra_info("socket"))
-            head = await asyncio.wait_for(_read_head(reader), self._head_timeout)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError):
-            writer.transport.abort()
-            return
-        tls = sniff.is_tls(head)
-        name = sniff.tls_server_name(head) if tls else sniff.http_host(head)
-        verdict = decide(sandbox, name, address, port)
-        if not verdict.allowed:
-            log.info("sandbox %s: refused %s:%d: %s", sandbox.sandbox_id, address, port, verdict)
-            writer.transport.abort()
-            return
-        flow = Flow(sandbox.sandbox_id, name, address, port, tls)
-        conn = _Connection(flow, writers=[writer])
-        listener.connections.add(conn)
-        try:
-            head = await self.hook.on_connect(flow, head)
-            up_reader, up_writer = await asyncio.wait_for(
-                self._connect(sandbox, address, port), self._connect_timeout
+            address, port = _original_destination(client)
+            head = await asyncio.wait_for(self._read_head(client), self._head_timeout)
+            tls = sniff.is_tls(head)
+            name = sniff.tls_server_name(head) if tls else sniff.http_host(head)
+            verdict = decide(sandbox, name, address, port)
+            if not verdict.allowed:
+                log.info(
+                    "sandbox %s: refused %s:%d: %s",
+                    sandbox.sandbox_id,
+                    address,
+                    port,
+                    verdict.reason,
+                )
+                return
+            conn.flow = Flow(sandbox.sandbox_id, name, address, port, tls)
+            head = await self.hook.on_connect(conn.flow, head)
+            conn.upstream = await listener.pool.take()
+            await asyncio.wait_for(
+                asyncio.get_running_loop().sock_connect(conn.upstream, (address, port)),
+                self._connect_timeout,
             )
-            conn.writers.append(up_writer)
-            up_writer.write(head)
-            await up_writer.drain()
+            await asyncio.get_running_loop().sock_sendall(conn.upstream, head)
             await asyncio.gather(
-                self._pipe(reader, up_writer), self._pipe(up_reader, writer), return_exceptions=True
+                self._pipe(client, conn.upstream), self._pipe(conn.upstream, client)
             )
-        except (OSError, TimeoutError, NetworkFailure) as exc:
-            log.info(
-                "sandbox %s: proxying to %s:%d failed: %s", sandbox.sandbox_id, address, port, exc
-            )
+            finished = True
+        except (OSError, TimeoutError, ValueError, NetworkFailure) as exc:
+            log.info("sandbox %s: proxied connection ended: %s", sandbox.sandbox_id, exc)
         finally:
             listener.connections.discard(conn)
-            for each in conn.writers:
-                each.transport.abort()
+            # Both sides said all they had: close; else (refused, cut, failed) reset both.
+            close = socket.socket.close if finished else _abort
+            close(client)
+            if conn.upstream is not None:
+                close(conn.upstream)
 
-    async def _connect(
-        self, sandbox: SandboxEgress, address: str, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        sock = await asyncio.to_thread(run_in_netns, sandbox.slot_ns, _client_socket)
+    async def _read_head(self, client: socket.socket) -> bytes:
         loop = asyncio.get_running_loop()
-        try:
-            await loop.sock_connect(sock, (address, port))
-        except BaseException:
-            sock.close()
-            raise
-        return await asyncio.open_connection(sock=sock, limit=self._chunk)
+        head = b""
+        while sniff.need_more(head):
+            data = await loop.sock_recv(client, sniff.MAX_HEAD - len(head))
+            if not data:
+                break
+            head += data
+        return head
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                data = await asyncio.wait_for(reader.read(self._chunk), self._idle_timeout)
-                if not data:
-                    break
-                writer.write(data)
-                await writer.drain()
-        finally:
-            if writer.can_write_eof() and not writer.is_closing():
-                with contextlib.suppress(OSError):
-                    writer.write_eof()
+    async def _pipe(self, source: socket.socket, target: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        buffer = bytearray(self._chunk)
+        view = memoryview(buffer)
+        while True:
+            size = await asyncio.wait_for(loop.sock_recv_into(source, buffer), self._idle_timeout)
+            if not size:
+                break
+            await loop.sock_sendall(target, view[:size])
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
 
 
-async def _read_head(reader: asyncio.StreamReader) -> bytes:
-    head = b""
-    while sniff.need_more(head):
-        data = await reader.read(sniff.MAX_HEAD - len(head))
-        if not data:
-            break
-        head += data
-    return head
+def _abort(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0), so the peer learns at once that the connection is cut."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
 
 
 def _original_destination(sock: socket.socket | None) -> tuple[str, int]:
