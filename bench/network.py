@@ -29,7 +29,8 @@ from pathlib import Path
 
 CLIENT = r"""
 import json, socket, sys, time
-address, port, host, runs, size = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+address, host = sys.argv[1], sys.argv[3]
+port, runs, size = int(sys.argv[2]), int(sys.argv[4]), int(sys.argv[5])
 def exchange(body):
     s = socket.create_connection((address, port), timeout=10)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
