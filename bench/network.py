@@ -34,7 +34,8 @@ port, runs, size = int(sys.argv[2]), int(sys.argv[4]), int(sys.argv[5])
 def exchange(body):
     s = socket.create_connection((address, port), timeout=10)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.sendall(b"POST / HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n" % (host.encode(), len(body)))
+    head = "POST / HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n" % (host, len(body))
+    s.sendall(head.encode())
     view = memoryview(body)
     for start in range(0, len(body), 1 << 20):
         s.sendall(view[start:start + (1 << 20)])
@@ -57,6 +58,8 @@ print(json.dumps({"setup_ms": small[len(small) // 2], "mib_s": size / elapsed / 
 
 async def main(runs: int, size_mib: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.integration.network.egress_lab import WEB, Lab, new_prefix, open_fd, sweep
+
     from corral.network.namespaces import (
         add_veth,
         ensure_address,
@@ -66,7 +69,6 @@ async def main(runs: int, size_mib: int) -> None:
         set_up,
     )
     from corral.network.policy import EgressPolicy
-    from tests.integration.network.egress_lab import WEB, Lab, new_prefix, open_fd, sweep
 
     prefix = new_prefix()
     plain_a, plain_b = f"{prefix}-pa", f"{prefix}-pb"
