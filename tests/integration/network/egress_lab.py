@@ -63,6 +63,7 @@ WEB = "198.18.0.2"  # api.example.test
 OTHER = "198.18.0.3"  # other.example.test
 EVIL = "198.18.0.4"  # evil.example.test
 CDN = "198.18.0.6"  # a.cdn.test and b.cdn.test share it
+METADATA = "169.254.169.254"  # served in P-inet, so only the policy stands in the way
 SERVICE = ProjectService("db.project", "172.31.77.5", (5432,))
 ZONE = {
     "api.example.test": [WEB],
@@ -70,6 +71,7 @@ ZONE = {
     "evil.example.test": [EVIL],
     "a.cdn.test": [CDN],
     "b.cdn.test": [CDN],
+    "rebind.example.test": [METADATA],  # an allowed name that points at the metadata address
 }
 INET_ADDRESSES = (WEB, OTHER, EVIL, "198.18.0.5", CDN)
 
@@ -194,6 +196,7 @@ class Lab:
             set_up(ipr, uplink)
             ensure_address(ipr, uplink, GATEWAY, 24)
             ipr.route("replace", dst="172.31.77.0/24", gateway=WEB)
+            ipr.route("replace", dst=f"{METADATA}/32", gateway=WEB)
         rules = firewall.HostRules(
             table=self.prefix, veth_pattern=self.plan.veth_pattern, egress_uplinks=(uplink,)
         )
@@ -206,6 +209,7 @@ class Lab:
             for address in INET_ADDRESSES:
                 ensure_address(ipr, "eth0", address, 24)
             ensure_address(ipr, "lo", SERVICE.address, 32)
+            ensure_address(ipr, "lo", METADATA, 32)
 
     async def _start_servers(self) -> None:
         tls = self.ca.server_context()
@@ -213,6 +217,7 @@ class Lab:
             self.servers.append(await self._tcp_server(address, 80, self._http, None))
             self.servers.append(await self._tcp_server(address, 443, self._http, tls))
         self.servers.append(await self._tcp_server(SERVICE.address, 5432, self._http, None))
+        self.servers.append(await self._tcp_server(METADATA, 80, self._http, None))
         self.servers.append(await self._tcp_server(WEB, 53, self._dns_tcp, None))
         loop = asyncio.get_running_loop()
         udp = await asyncio.to_thread(self._bound, WEB, 53, socket.SOCK_DGRAM)
