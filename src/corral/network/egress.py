@@ -16,18 +16,26 @@ this table marks it (``ACCEPT_MARK``; marks never cross a namespace, so a sandbo
   the same inner address and the host could not route answers back to it.
 
 The resolver (``INNER_GATEWAY:53``) is always reachable; nothing else on the slot's side is.
-A commit is one libnftables transaction (delete + redefine), as in ``firewall``.
+A commit is one libnftables transaction (delete + redefine), as in ``firewall``; after it, the
+conntrack entries of forwarded flows the new policy forbids are deleted (``allows_forward`` is
+the classify chain's mirror in Python), so even answers to them stop at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from pyroute2 import Conntrack
+from pyroute2.conntrack import NFCTAttrTuple
+from pyroute2.netlink.exceptions import NetlinkError
+
 from corral.network import firewall
 from corral.network.base import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure
-from corral.network.namespaces import open_ipr, run_in_netns, step, write_sysctl
+from corral.network.namespaces import describe, open_ipr, run_in_netns, step, write_sysctl
 from corral.network.policy import ALWAYS_BLOCKED, EgressPolicy, EgressRule, ProjectService
 
 __all__ = [
@@ -37,6 +45,7 @@ __all__ = [
     "PROXY_MARK",
     "EgressContext",
     "SlotEgress",
+    "allows_forward",
     "apply_slot_egress",
     "enable_host_forwarding",
     "host_ipv4_addresses",
@@ -49,6 +58,7 @@ ACCEPT_MARK = 0x2B8E0001
 PROXY_MARK = 0x2B8E0002
 DNS_PORT = 53
 PROXIED_PORTS = (80, 443)
+_PROTOCOLS = {socket.IPPROTO_TCP: "tcp", socket.IPPROTO_UDP: "udp"}
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,45 @@ class SlotEgress:
         )
 
 
+def allows_forward(
+    policy: EgressPolicy, ctx: EgressContext, address: str, port: int | None, protocol: str | None
+) -> bool:
+    """Whether ``sbx_classify`` forwards a flow to ``address`` (``port``/``protocol`` None for
+    anything but TCP and UDP) -- its mirror in Python, used to find the established flows a new
+    policy forbids. Flows the proxy takes (host-name rules, TCP 80/443) count as not forwarded."""
+    ip = ipaddress.IPv4Address(address)
+
+    def matches(rule: EgressRule) -> bool:
+        if rule.kind == "project":
+            return any(
+                (proto, addr, target) == (protocol, address, port)
+                for proto, addr, target in rule.project_targets(ctx.services)
+            )
+        if rule.kind != "cidr" or rule.network is None or ip not in rule.network:
+            return False
+        if rule.protocol is not None and rule.protocol != protocol:
+            return False
+        if rule.ports is None:
+            return True
+        return (
+            protocol in ("tcp", "udp")
+            and port is not None
+            and (rule.ports[0] <= port <= rule.ports[1])
+        )
+
+    if any(matches(rule) for rule in policy.deny):
+        return False
+    if any(matches(rule) for rule in policy.allow):
+        return True
+    if policy.mode.project and matches(EgressRule("project")):
+        return True
+    if ctx.is_blocked(address):
+        return False
+    if policy.has_host_rules and protocol == "tcp" and port in PROXIED_PORTS:
+        return False
+    return policy.mode.internet
+
+
 def _matches(rule: EgressRule, ctx: EgressContext) -> list[str]:
     """nft match expressions for one address or project rule (host rules render none: the
     proxy and the resolver apply them)."""
@@ -168,9 +217,12 @@ def _matches(rule: EgressRule, ctx: EgressContext) -> list[str]:
 # -- applying (blocking; the caller runs these in a worker thread) -------------------------------
 
 
-def apply_slot_egress(slot_ns: str, egress: SlotEgress, host_side_address: str) -> None:
+def apply_slot_egress(slot_ns: str, egress: SlotEgress, host_side_address: str) -> int:
     """Commit the egress ruleset in ``slot_ns`` (one transaction; a live change takes effect on
-    the next packet of every connection) and route the slot's egress to the host side.
+    the next packet of every connection), route the slot's egress to the host side, and delete
+    the conntrack entries of forwarded flows the policy now forbids, so their answers stop too.
+    Returns how many flows were forgotten. Only forwarded sandbox flows are touched: deleting
+    the entry of an allowed, redirected or host-opened connection would break its translation.
 
     The slot ruleset is re-committed in the same transaction, so a slot built by an older daemon
     (whose slot table may lack the egress mark) is brought up to date atomically."""
@@ -183,20 +235,47 @@ def apply_slot_egress(slot_ns: str, egress: SlotEgress, host_side_address: str) 
     ruleset = slot_rules.render() + egress.render()
     ipaddress.IPv4Address(host_side_address)
 
-    def inside() -> None:
+    def inside() -> int:
         firewall.commit(ruleset, f"egress of slot namespace {slot_ns}")
         with open_ipr(f"routing egress of {slot_ns}") as ipr:
             step(
                 f"adding the default route of {slot_ns}",
                 lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=host_side_address),
             )
+        return _forget_forbidden_flows(egress)
 
     try:
-        run_in_netns(slot_ns, inside)
+        return run_in_netns(slot_ns, inside)
     except NetworkFailure:
         raise
     except OSError as exc:
         raise NetworkFailure(f"applying egress of {slot_ns}: {exc}") from exc
+
+
+def _forget_forbidden_flows(egress: SlotEgress) -> int:
+    """(In the slot namespace.) Delete the conntrack entries of the sandbox's forwarded flows
+    (sent from the inner address, translated to the slot's address) that the policy forbids."""
+    forgotten = 0
+    try:
+        with Conntrack() as conntrack:
+            for entry in list(
+                conntrack.dump_entries(tuple_orig=NFCTAttrTuple(saddr=INNER_ADDRESS))
+            ):
+                orig, reply = entry.tuple_orig, entry.tuple_reply
+                if reply.daddr != egress.slot_address:
+                    continue
+                protocol = _PROTOCOLS.get(orig.proto)
+                port = orig.dport if protocol else None
+                if allows_forward(egress.policy, egress.context, orig.daddr, port, protocol):
+                    continue
+                with contextlib.suppress(NetlinkError):  # gone meanwhile
+                    conntrack.delete(entry)
+                    forgotten += 1
+    except (NetlinkError, OSError) as exc:
+        raise NetworkFailure(
+            f"deleting forbidden flows of {egress.table}: {describe(exc)}"
+        ) from exc
+    return forgotten
 
 
 def remove_slot_egress(slot_ns: str, table: str) -> bool:

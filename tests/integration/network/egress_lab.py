@@ -73,6 +73,7 @@ ZONE = {
     "b.cdn.test": [CDN],
     "rebind.example.test": [METADATA],  # an allowed name that points at the metadata address
 }
+ECHO_PORT = 7
 INET_ADDRESSES = (WEB, OTHER, EVIL, "198.18.0.5", CDN)
 
 
@@ -223,6 +224,10 @@ class Lab:
         udp = await asyncio.to_thread(self._bound, WEB, 53, socket.SOCK_DGRAM)
         transport, _ = await loop.create_datagram_endpoint(lambda: _DnsUdp(self), sock=udp)
         self.servers.append(transport)
+        echo = await asyncio.to_thread(self._bound, WEB, ECHO_PORT, socket.SOCK_DGRAM)
+        self.echo = _UdpEcho()
+        transport, _ = await loop.create_datagram_endpoint(lambda: self.echo, sock=echo)
+        self.servers.append(transport)
 
     def _bound(self, address: str, port: int, kind: int) -> socket.socket:
         def make() -> socket.socket:
@@ -303,7 +308,8 @@ class Lab:
         await self.proxy.serve(sandbox)
         return sandbox
 
-    async def apply(self, index: int, policy: EgressPolicy | None = None) -> None:
+    async def apply(self, index: int, policy: EgressPolicy | None = None) -> int:
+        """Commit the slot's egress for its (new) policy; returns the conntrack flows forgotten."""
         sandbox = self.sandboxes[index]
         if policy is not None:
             sandbox.update(policy)
@@ -316,8 +322,11 @@ class Lab:
             policy=sandbox.policy,
             context=sandbox.context,
         )
-        await asyncio.to_thread(apply_slot_egress, layout.slot_ns, egress, layout.host_side_address)
+        forgotten = await asyncio.to_thread(
+            apply_slot_egress, layout.slot_ns, egress, layout.host_side_address
+        )
         self.proxy.recheck(sandbox.sandbox_id)
+        return forgotten
 
     # -- the sandbox's side ----------------------------------------------------------------------
 
@@ -439,6 +448,28 @@ async def _read_tcp_dns(loop: asyncio.AbstractEventLoop, sock: socket.socket) ->
             raise OSError("closed")
         data += chunk
     return data[2:]
+
+
+class _UdpEcho(asyncio.DatagramProtocol):
+    """Echoes datagrams on ``ECHO_PORT``; ``push`` sends one unasked to the last peer."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.DatagramTransport | None = None
+        self.peer: tuple[str, int] | None = None
+        self.received: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        assert self.transport is not None
+        self.peer = addr
+        self.received.append(data)
+        self.transport.sendto(data, addr)
+
+    def push(self, data: bytes) -> None:
+        assert self.transport is not None and self.peer is not None
+        self.transport.sendto(data, self.peer)
 
 
 class _DnsUdp(asyncio.DatagramProtocol):

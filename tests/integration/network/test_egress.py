@@ -18,7 +18,20 @@ from corral.network.base import INNER_GATEWAY
 from corral.network.namespaces import run_in_netns, write_sysctl
 from corral.network.policy import EgressPolicy
 
-from .egress_lab import CDN, EVIL, OTHER, SERVICE, WEB, Lab, leftovers, new_prefix, request, sweep
+from .egress_lab import (
+    CDN,
+    ECHO_PORT,
+    EVIL,
+    OTHER,
+    SERVICE,
+    WEB,
+    Lab,
+    in_netns_socket,
+    leftovers,
+    new_prefix,
+    request,
+    sweep,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -182,12 +195,38 @@ async def test_ipv6_is_dropped_even_when_the_sandbox_turns_it_on(lab: Lab) -> No
 async def test_a_live_rule_change_cuts_established_connections(lab: Lab) -> None:
     await lab.attach(0, policy("internet"))
     reader, writer = await lab.connect(0, WEB, 80)
+    kept_reader, kept_writer = await lab.connect(0, OTHER, 80)
     assert await request(reader, writer, WEB) == WEB
-    await lab.apply(0, policy("internet", deny=(WEB,)))
+    assert await request(kept_reader, kept_writer, OTHER) == OTHER
+    # One flow is forbidden now: its conntrack entry goes, the other connection's stays.
+    assert await lab.apply(0, policy("internet", deny=(WEB,))) == 1
     with pytest.raises((OSError, asyncio.IncompleteReadError, TimeoutError)):
         await asyncio.wait_for(request(reader, writer, WEB), 2.0)
     writer.transport.abort()
-    assert await lab.fetch(0, OTHER, 80) == OTHER  # the rest of the internet still works
+    assert await request(kept_reader, kept_writer, OTHER) == OTHER  # same connection, still up
+    kept_writer.transport.abort()
+    assert await lab.fetch(0, OTHER, 80) == OTHER  # and new ones to the rest of the internet
+
+
+async def test_a_live_rule_change_stops_a_udp_flow_both_ways(lab: Lab) -> None:
+    await lab.attach(0, policy("internet"))
+    sock = await asyncio.to_thread(in_netns_socket, lab.sbx(0), socket.SOCK_DGRAM)
+    loop = asyncio.get_running_loop()
+    with sock:
+        await loop.sock_connect(sock, (WEB, ECHO_PORT))
+        await loop.sock_sendall(sock, b"one")
+        assert await asyncio.wait_for(loop.sock_recv(sock, 100), 2.0) == b"one"
+        assert await lab.apply(0, policy("internet", deny=(f"{WEB}/udp",))) == 1
+        # The server's datagrams no longer reach the sandbox's socket (the flow's conntrack entry
+        # is gone, so they are no answer to anything any more) ...
+        lab.echo.push(b"unasked")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(loop.sock_recv(sock, 100), 1.0)
+        # ... nor do the sandbox's own datagrams leave.
+        await loop.sock_sendall(sock, b"two")
+        with pytest.raises((OSError, TimeoutError)):
+            await asyncio.wait_for(loop.sock_recv(sock, 100), 1.0)
+        assert lab.echo.received == [b"one"]
 
 
 async def test_a_live_rule_change_cuts_proxied_connections(lab: Lab) -> None:

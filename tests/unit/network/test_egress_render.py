@@ -153,3 +153,48 @@ def test_names_that_would_inject_syntax_are_refused() -> None:
         SlotEgress("t", 'a" accept', "b", "10.0.0.2", policy).render()
     with pytest.raises(ValueError):
         SlotEgress("t", "a", "b", "10.0.0.2 accept", policy).render()
+
+
+@pytest.mark.parametrize(
+    ("mode", "allow", "deny", "flow", "forwarded"),
+    [
+        ("internet", (), (), ("198.51.100.1", 443, "tcp"), True),
+        ("internet", (), (), ("198.51.100.1", None, None), True),  # ICMP
+        ("internet", (), (), ("10.1.2.3", 443, "tcp"), False),  # private: always blocked
+        ("internet", (), (), ("192.0.2.1", 22, "tcp"), False),  # the host's address
+        ("internet", (), (), ("10.200.0.6", 80, "tcp"), False),  # another slot
+        ("internet", (), (), ("10.5.0.2", 5432, "tcp"), False),  # project, not in this mode
+        ("project_internet", (), (), ("10.5.0.2", 5432, "tcp"), True),
+        ("project", (), (), ("10.5.0.2", 5432, "udp"), False),  # the service is TCP
+        ("project", (), (), ("198.51.100.1", 443, "tcp"), False),
+        ("airgapped", ("10.1.0.0/16:5000-5010/udp",), (), ("10.1.9.9", 5005, "udp"), True),
+        ("airgapped", ("10.1.0.0/16:5000-5010/udp",), (), ("10.1.9.9", 5005, "tcp"), False),
+        ("airgapped", ("10.1.0.0/16",), (), ("10.1.9.9", None, None), True),
+        ("airgapped", ("10.1.0.0/16:53",), (), ("10.1.9.9", None, None), False),
+        ("internet", (), ("198.51.100.0/24:443",), ("198.51.100.1", 443, "udp"), False),
+        ("internet", ("198.51.100.1",), ("198.51.100.0/24",), ("198.51.100.1", 80, "tcp"), False),
+        ("internet", (), ("project",), ("10.5.0.2", 5432, "tcp"), False),
+        # Host-name rules send TCP 80/443 to the proxy: such flows are not forwarded ...
+        ("internet", ("api.example.com",), (), ("198.51.100.1", 443, "tcp"), False),
+        ("internet", ("api.example.com",), (), ("198.51.100.1", 22, "tcp"), True),
+        # ... unless an address rule allows them first.
+        (
+            "airgapped",
+            ("api.example.com", "198.51.100.1:443"),
+            (),
+            ("198.51.100.1", 443, "tcp"),
+            True,
+        ),
+    ],
+)
+def test_the_python_mirror_of_the_classify_chain(
+    mode: str,
+    allow: tuple[str, ...],
+    deny: tuple[str, ...],
+    flow: tuple[str, int | None, str | None],
+    forwarded: bool,
+) -> None:
+    from corral.network.egress import allows_forward
+
+    policy = EgressPolicy.build(mode, list(allow), list(deny))
+    assert allows_forward(policy, CONTEXT, *flow) is forwarded
