@@ -16,8 +16,10 @@ So a direct IP, a forged SNI or ``Host`` and a shared CDN address the resolver g
 name do not get through. An allowed connection is spliced both ways as bytes, from a socket made
 in the slot namespace (it leaves like the sandbox's own egress): TLS is never terminated.
 
-Hook point: ``EgressHook.on_connect`` sees every allowed connection's first flight and returns
-the bytes to send upstream in its place (the secrets issue adds header injection there).
+Hook point: ``EgressHook.on_connect`` sees every allowed connection's first flight (an HTTP
+request head, or a ClientHello) and returns the bytes to send upstream in its place; the secrets
+issue adds header injection there (later requests on a kept-alive HTTP connection, and anything
+inside TLS, would need the hook to see the stream too).
 
 Bounds: the first flight within ``head_timeout``, the upstream connect within
 ``connect_timeout``; splicing reads at most ``chunk`` bytes at a time and waits for the other side

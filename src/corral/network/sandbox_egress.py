@@ -11,6 +11,7 @@ client that connects just after a zero-TTL answer still gets through.
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -42,14 +43,17 @@ class ResolvedNames:
         self._names: OrderedDict[str, dict[str, float]] = OrderedDict()
 
     def record(self, name: str, addresses: Iterable[str], ttl: int) -> None:
+        expiry = self._clock() + min(max(ttl, self._min_ttl), self._max_ttl)
+        for address in addresses:
+            self._record_until(name, address, expiry)
+
+    def _record_until(self, name: str, address: str, expiry: float) -> None:
         name = _normal(name)
         now = self._clock()
-        expiry = now + min(max(ttl, self._min_ttl), self._max_ttl)
         entry = self._names.pop(name, {})
         entry = {addr: when for addr, when in entry.items() if when > now}
-        for address in addresses:
-            entry.pop(address, None)
-            entry[address] = expiry
+        entry.pop(address, None)
+        entry[address] = expiry
         while len(entry) > self._max_addresses:
             entry.pop(next(iter(entry)))
         self._names[name] = entry
@@ -65,6 +69,31 @@ class ResolvedNames:
 
     def clear(self) -> None:
         self._names.clear()
+
+    def export(self) -> list[tuple[str, str, float]]:
+        """(name, address, seconds left) of every unexpired answer: what a fork, a restored
+        snapshot or a restarted daemon hands to the sandbox's next ``ResolvedNames`` (the
+        sandbox's own caches outlive the daemon's memory of them)."""
+        now = self._clock()
+        return [
+            (name, address, round(when - now, 3))
+            for name, entry in self._names.items()
+            for address, when in entry.items()
+            if when > now
+        ]
+
+    def load(self, entries: Iterable[tuple[str, str, float]]) -> None:
+        """Take answers from ``export`` (untrusted storage: each entry is checked)."""
+        for name, address, left in entries:
+            if not isinstance(name, str) or not isinstance(address, str):
+                continue
+            try:
+                ipaddress.IPv4Address(address)
+                seconds = float(left)
+            except (ValueError, TypeError):
+                continue
+            if seconds > 0:
+                self._record_until(name, address, self._clock() + min(seconds, self._max_ttl))
 
 
 @dataclass

@@ -238,3 +238,20 @@ async def test_proxy_decision(
     for known, addrs in ZONE.items():
         box.names.record(known, addrs, 300)
     assert decide(box, name, address, port).allowed is allowed
+
+
+def test_resolved_names_move_to_a_fork_or_a_restarted_daemon() -> None:
+    now = [50.0]
+    names = ResolvedNames(clock=lambda: now[0])
+    names.record("api.example.com", ["198.51.100.7"], 300)
+    names.record("old.example.com", ["198.51.100.9"], 0)
+    now[0] += 60
+    exported = names.export()
+    assert exported == [("api.example.com", "198.51.100.7", 240.0)]
+    later = [9000.0]
+    fork = ResolvedNames(clock=lambda: later[0])
+    fork.load([*exported, ("bad", "not-an-ip", 5), ("x.example", "192.0.2.1", "nan?"), (1, 2, 3)])  # type: ignore[list-item]
+    assert fork.answered("api.example.com", "198.51.100.7")
+    assert fork.export() == exported
+    later[0] += 241
+    assert not fork.answered("api.example.com", "198.51.100.7")
