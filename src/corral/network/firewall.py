@@ -46,6 +46,9 @@ __all__ = [
     "has_table",
 ]
 
+# The egress table (network/egress.py) marks what a sandbox's policy lets through; marks never cross
+# a namespace, so only that table can set them.
+_EGRESS_ACCEPT = "meta mark & 0xffff0000 == 0x2b8e0000 accept"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}\*?$")
 
@@ -89,11 +92,13 @@ class SlotRules:
         ct state established,related accept
         ct state invalid drop
         {from_host} ct status dnat accept
+        {_EGRESS_ACCEPT}
     }}
     chain input {{
         type filter hook input priority filter; policy drop;
         iifname "lo" accept
         ct state established,related accept
+        {_EGRESS_ACCEPT}
     }}
 """,
         )
@@ -102,11 +107,15 @@ class SlotRules:
 @dataclass(frozen=True)
 class HostRules:
     """The ruleset of the daemon's own namespace; ``veth_pattern`` matches the host-side veths
-    (an nft interface wildcard such as ``"corral-*"``), ``subnet`` is the slots' subnet."""
+    (an nft interface wildcard such as ``"corral-*"``), ``subnet`` is the slots' subnet. With
+    ``egress_uplinks`` (the interfaces of the default routes) the slots' IPv4 egress is forwarded
+    and masqueraded out of those; each slot's own egress table (network/egress.py) decides what
+    reaches its veth at all."""
 
     table: str
     veth_pattern: str
     subnet: str | None = None
+    egress_uplinks: tuple[str, ...] = ()
 
     def render(self) -> str:
         _check_name(self.table)
@@ -132,6 +141,7 @@ class HostRules:
     }}
     chain forward {{
         type filter hook forward priority filter; policy accept;
+{self._egress_forward()}\
         iifname "{self.veth_pattern}" drop
 {forward}
     }}
@@ -139,7 +149,31 @@ class HostRules:
         type filter hook output priority filter; policy accept;
 {output}
     }}
+{self._egress_nat()}\
 """,
+        )
+
+    def _egress_forward(self) -> str:
+        if not self.egress_uplinks:
+            return ""
+        for name in self.egress_uplinks:
+            _check_ifname(name)
+        veth, up = self.veth_pattern, ", ".join(f'"{name}"' for name in self.egress_uplinks)
+        return (
+            f'        iifname "{veth}" oifname {{ {up} }} meta nfproto ipv4'
+            " ct state new,established accept\n"
+            f'        iifname {{ {up} }} oifname "{veth}" ct state established,related accept\n'
+        )
+
+    def _egress_nat(self) -> str:
+        if not self.egress_uplinks:
+            return ""
+        up = ", ".join(f'"{name}"' for name in self.egress_uplinks)
+        return (
+            "    chain slot_masq {\n"
+            "        type nat hook postrouting priority srcnat; policy accept;\n"
+            f'        iifname "{self.veth_pattern}" oifname {{ {up} }} masquerade\n'
+            "    }\n"
         )
 
 

@@ -1,0 +1,310 @@
+"""The one owner of a slot's egress nftables state: render it from the policy, commit it.
+
+The egress ruleset is its own ``inet`` table (``{table}_egress``) inside the slot namespace, beside
+the slot ruleset (``firewall.SlotRules``) that keeps dropping everything the sandbox opens unless
+this table marks it (``ACCEPT_MARK``; marks never cross a namespace, so a sandbox cannot set one):
+
+- ``classify`` (prerouting, mangle): every packet the sandbox sends in the original direction of
+  its connection is judged afresh, in the order of ``policy``'s docstring, and marked ``ACCEPT``
+  (forward it), ``PROXY`` (TCP 80/443 for host-name rules: redirect to the egress proxy) or not at
+  all. Judging every packet, not only new connections, is what makes a live change cut
+  established connections at once: their next packet is refused;
+- ``redirect`` (nat prerouting): ``PROXY`` packets go to the proxy's port on the slot's side;
+- ``refuse`` (forward, before the slot ruleset): what is not ``ACCEPT`` is rejected (TCP with a
+  reset, so the sandbox's socket fails at once, the rest with an ICMP error);
+- ``uplink`` (nat postrouting): egress leaves with the slot's address, because every sandbox has
+  the same inner address and the host could not route answers back to it.
+
+The resolver (``INNER_GATEWAY:53``) is always reachable; nothing else on the slot's side is.
+A commit is one libnftables transaction (delete + redefine), as in ``firewall``; after it, the
+conntrack entries of forwarded flows the new policy forbids are deleted (``allows_forward`` is
+the classify chain's mirror in Python), so even answers to them stop at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from pyroute2 import Conntrack
+from pyroute2.conntrack import NFCTAttrTuple
+from pyroute2.netlink.exceptions import NetlinkError
+
+from corral.network import firewall
+from corral.network.base import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure
+from corral.network.namespaces import describe, open_ipr, run_in_netns, step, write_sysctl
+from corral.network.policy import ALWAYS_BLOCKED, EgressPolicy, EgressRule, ProjectService
+
+__all__ = [
+    "ACCEPT_MARK",
+    "DNS_PORT",
+    "MARK_MASK",
+    "PROXY_MARK",
+    "EgressContext",
+    "SlotEgress",
+    "allows_forward",
+    "apply_slot_egress",
+    "enable_host_forwarding",
+    "host_ipv4_addresses",
+    "remove_slot_egress",
+    "uplink_interfaces",
+]
+
+MARK_MASK = 0xFFFF0000
+ACCEPT_MARK = 0x2B8E0001
+PROXY_MARK = 0x2B8E0002
+DNS_PORT = 53
+PROXIED_PORTS = (80, 443)
+_PROTOCOLS = {socket.IPPROTO_TCP: "tcp", socket.IPPROTO_UDP: "udp"}
+
+
+@dataclass(frozen=True)
+class EgressContext:
+    """What the policy is rendered against: the slot network of all sandboxes, the host's own
+    addresses, the project's services, and where the proxy listens in the slot namespace."""
+
+    slot_subnet: str
+    host_addresses: tuple[str, ...] = ()
+    services: tuple[ProjectService, ...] = ()
+    proxy_port: int = 15001
+
+    def blocked(self) -> list[str]:
+        """The always-blocked networks, merged (nft interval sets refuse overlaps)."""
+        return [str(net) for net in self._blocked_networks]
+
+    def is_blocked(self, address: str) -> bool:
+        ip = ipaddress.IPv4Address(address)
+        return any(ip in net for net in self._blocked_networks)
+
+    @cached_property
+    def _blocked_networks(self) -> list[ipaddress.IPv4Network]:
+        nets = [ipaddress.IPv4Network(net) for net in (*ALWAYS_BLOCKED, self.slot_subnet)]
+        nets += [ipaddress.IPv4Network(f"{addr}/32") for addr in self.host_addresses]
+        return list(ipaddress.collapse_addresses(nets))
+
+
+@dataclass(frozen=True)
+class SlotEgress:
+    """The egress ruleset of one slot (pure data; ``render`` is the nft text)."""
+
+    table: str
+    uplink: str
+    downlink: str
+    slot_address: str
+    policy: EgressPolicy
+    context: EgressContext = field(default_factory=lambda: EgressContext("10.200.0.0/16"))
+
+    @property
+    def table_name(self) -> str:
+        return f"{self.table}_egress"
+
+    def render(self) -> str:
+        ipaddress.IPv4Address(self.slot_address)
+        firewall._check_name(self.table_name)
+        firewall._check_ifname(self.uplink)
+        firewall._check_ifname(self.downlink)
+        policy, ctx = self.policy, self.context
+        accept = f"meta mark set {ACCEPT_MARK:#010x} return"
+        lines = [
+            f'iifname != "{self.downlink}" return',
+            "ct direction reply return",
+            "meta nfproto ipv6 drop",
+            f"ip daddr {INNER_GATEWAY} meta l4proto {{ tcp, udp }} th dport {DNS_PORT} {accept}",
+            f"ip daddr {INNER_GATEWAY} return",
+        ]
+        lines += [f"{match} return" for rule in policy.deny for match in _matches(rule, ctx)]
+        lines += [f"{match} {accept}" for rule in policy.allow for match in _matches(rule, ctx)]
+        if policy.mode.project:
+            lines += [f"{match} {accept}" for match in _matches(EgressRule("project"), ctx)]
+        lines.append(f"ip daddr {{ {', '.join(ctx.blocked())} }} return")
+        if policy.has_host_rules:
+            ports = ", ".join(str(port) for port in PROXIED_PORTS)
+            lines.append(f"tcp dport {{ {ports} }} meta mark set {PROXY_MARK:#010x} return")
+        if policy.mode.internet:
+            lines.append(f"meta mark set {ACCEPT_MARK:#010x}")
+        classify = "\n".join(f"        {line}" for line in lines)
+        down = f'iifname "{self.downlink}"'
+        return firewall._replace_table(
+            self.table_name,
+            f"""\
+    chain sbx_classify {{
+        type filter hook prerouting priority mangle; policy accept;
+{classify}
+    }}
+    chain sbx_proxy {{
+        type nat hook prerouting priority dstnat; policy accept;
+        {down} meta mark {PROXY_MARK:#010x} meta l4proto tcp redirect to :{ctx.proxy_port}
+    }}
+    chain sbx_refuse {{
+        type filter hook forward priority filter - 10; policy accept;
+        {down} ct direction reply accept
+        {down} meta mark {ACCEPT_MARK:#010x} accept
+        {down} meta l4proto tcp reject with tcp reset
+        {down} reject with icmpx type admin-prohibited
+    }}
+    chain sbx_snat {{
+        type nat hook postrouting priority srcnat; policy accept;
+        oifname "{self.uplink}" ip saddr {INNER_ADDRESS} snat ip to {self.slot_address}
+    }}
+""",
+        )
+
+
+def allows_forward(
+    policy: EgressPolicy, ctx: EgressContext, address: str, port: int | None, protocol: str | None
+) -> bool:
+    """Whether ``sbx_classify`` forwards a flow to ``address`` (``port``/``protocol`` None for
+    anything but TCP and UDP) -- its mirror in Python, used to find the established flows a new
+    policy forbids. Flows the proxy takes (host-name rules, TCP 80/443) count as not forwarded."""
+    ip = ipaddress.IPv4Address(address)
+
+    def matches(rule: EgressRule) -> bool:
+        if rule.kind == "project":
+            return any(
+                (proto, addr, target) == (protocol, address, port)
+                for proto, addr, target in rule.project_targets(ctx.services)
+            )
+        if rule.kind != "cidr" or rule.network is None or ip not in rule.network:
+            return False
+        if rule.protocol is not None and rule.protocol != protocol:
+            return False
+        if rule.ports is None:
+            return True
+        return (
+            protocol in ("tcp", "udp")
+            and port is not None
+            and (rule.ports[0] <= port <= rule.ports[1])
+        )
+
+    if any(matches(rule) for rule in policy.deny):
+        return False
+    if any(matches(rule) for rule in policy.allow):
+        return True
+    if policy.mode.project and matches(EgressRule("project")):
+        return True
+    if ctx.is_blocked(address):
+        return False
+    if policy.has_host_rules and protocol == "tcp" and port in PROXIED_PORTS:
+        return False
+    return policy.mode.internet
+
+
+def _matches(rule: EgressRule, ctx: EgressContext) -> list[str]:
+    """nft match expressions for one address or project rule (host rules render none: the
+    proxy and the resolver apply them)."""
+    if rule.kind == "host":
+        return []
+    if rule.kind == "project":
+        return [
+            f"ip daddr {address} meta l4proto {protocol} th dport {port}"
+            for protocol, address, port in rule.project_targets(ctx.services)
+        ]
+    assert rule.network is not None
+    match = f"ip daddr {rule.network}"
+    if rule.ports is not None:
+        low, high = rule.ports
+        ports = str(low) if low == high else f"{low}-{high}"
+        protocols = rule.protocol or "{ tcp, udp }"
+        return [f"{match} meta l4proto {protocols} th dport {ports}"]
+    if rule.protocol is not None:
+        return [f"{match} meta l4proto {rule.protocol}"]
+    return [match]
+
+
+# -- applying (blocking; the caller runs these in a worker thread) -------------------------------
+
+
+def apply_slot_egress(slot_ns: str, egress: SlotEgress, host_side_address: str) -> int:
+    """Commit the egress ruleset in ``slot_ns`` (one transaction; a live change takes effect on
+    the next packet of every connection), route the slot's egress to the host side, and delete
+    the conntrack entries of forwarded flows the policy now forbids, so their answers stop too.
+    Returns how many flows were forgotten. Only forwarded sandbox flows are touched: deleting
+    the entry of an allowed, redirected or host-opened connection would break its translation.
+
+    The slot ruleset is re-committed in the same transaction, so a slot built by an older daemon
+    (whose slot table may lack the egress mark) is brought up to date atomically."""
+    slot_rules = firewall.SlotRules(
+        table=egress.table,
+        uplink=egress.uplink,
+        downlink=egress.downlink,
+        host_address=egress.slot_address,
+    )
+    ruleset = slot_rules.render() + egress.render()
+    ipaddress.IPv4Address(host_side_address)
+
+    def inside() -> int:
+        firewall.commit(ruleset, f"egress of slot namespace {slot_ns}")
+        with open_ipr(f"routing egress of {slot_ns}") as ipr:
+            step(
+                f"adding the default route of {slot_ns}",
+                lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=host_side_address),
+            )
+        return _forget_forbidden_flows(egress)
+
+    try:
+        return run_in_netns(slot_ns, inside)
+    except NetworkFailure:
+        raise
+    except OSError as exc:
+        raise NetworkFailure(f"applying egress of {slot_ns}: {exc}") from exc
+
+
+def _forget_forbidden_flows(egress: SlotEgress) -> int:
+    """(In the slot namespace.) Delete the conntrack entries of the sandbox's forwarded flows
+    (sent from the inner address, translated to the slot's address) that the policy forbids."""
+    forgotten = 0
+    try:
+        with Conntrack() as conntrack:
+            for entry in list(
+                conntrack.dump_entries(tuple_orig=NFCTAttrTuple(saddr=INNER_ADDRESS))
+            ):
+                orig, reply = entry.tuple_orig, entry.tuple_reply
+                if reply.daddr != egress.slot_address:
+                    continue
+                protocol = _PROTOCOLS.get(orig.proto)
+                port = orig.dport if protocol else None
+                if allows_forward(egress.policy, egress.context, orig.daddr, port, protocol):
+                    continue
+                with contextlib.suppress(NetlinkError):  # gone meanwhile
+                    conntrack.delete(entry)
+                    forgotten += 1
+    except (NetlinkError, OSError) as exc:
+        raise NetworkFailure(
+            f"deleting forbidden flows of {egress.table}: {describe(exc)}"
+        ) from exc
+    return forgotten
+
+
+def remove_slot_egress(slot_ns: str, table: str) -> bool:
+    """Drop the egress table of ``slot_ns`` (the sandbox then reaches nothing again)."""
+    return run_in_netns(
+        slot_ns, lambda: firewall.delete_table(f"{table}_egress", f"egress of {slot_ns}")
+    )
+
+
+def enable_host_forwarding() -> None:
+    """Let the calling thread's namespace (the daemon's) forward IPv4 between slots and uplinks.
+    A host-wide setting: the service calls it once, when the first sandbox gets egress."""
+    write_sysctl("net/ipv4/ip_forward", "1")
+
+
+def host_ipv4_addresses() -> tuple[str, ...]:
+    """The IPv4 addresses of the calling thread's namespace (always blocked for sandboxes)."""
+    with open_ipr("listing the host's addresses") as ipr:
+        found = {addr.get_attr("IFA_ADDRESS") for addr in ipr.get_addr(family=2)}
+    return tuple(sorted(str(addr) for addr in found if addr))
+
+
+def uplink_interfaces() -> tuple[str, ...]:
+    """The interfaces of the calling namespace's IPv4 default routes (where egress leaves)."""
+    with open_ipr("finding the default routes") as ipr:
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        oifs = {
+            route.get_attr("RTA_OIF")
+            for route in ipr.get_routes(family=2)
+            if route.get_attr("RTA_DST") is None and route["dst_len"] == 0
+        }
+    return tuple(sorted(str(names[oif]) for oif in oifs if oif in names))

@@ -1,0 +1,352 @@
+"""The egress proxy: the one place where a sandbox's egress is inspected.
+
+The slot's egress table redirects a sandbox's TCP 80/443 to this proxy when its policy has
+host-name rules (``egress.PROXY_MARK``). The proxy listens inside each slot namespace (so the
+listener that accepts a connection says which sandbox made it), reads the connection's first
+flight -- the HTTP request head or the TLS ClientHello, never more than ``sniff.MAX_HEAD`` bytes
+-- and takes the name from ``Host`` or SNI. It lets the connection through (``decide``) only when
+
+- the name is not denied, and
+- the name is allowed by a host rule and the original destination address (``SO_ORIGINAL_DST``)
+  is one the sandbox's own resolver answered for that name, unexpired, and that address is not
+  always-blocked unless an address rule allows it; or the mode reaches the internet and the
+  address is not always-blocked (host-name deny rules in an internet mode).
+
+So a direct IP, a forged SNI or ``Host`` and a shared CDN address the resolver gave for another
+name do not get through. An allowed connection is spliced both ways as bytes, from a socket made
+in the slot namespace (it leaves like the sandbox's own egress): TLS is never terminated.
+
+Hook point: ``EgressHook.on_connect`` sees every allowed connection's first flight (an HTTP
+request head, or a ClientHello) and returns the bytes to send upstream in its place; the secrets
+issue adds header injection there (later requests on a kept-alive HTTP connection, and anything
+inside TLS, would need the hook to see the stream too).
+
+Bounds: the first flight within ``head_timeout``, the upstream connect within
+``connect_timeout``; splicing reads at most ``chunk`` bytes at a time and waits for the other side
+to drain before reading more; a connection idle for ``idle_timeout`` is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+import struct
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from corral.network import sniff
+from corral.network.base import INNER_GATEWAY, NetworkFailure
+from corral.network.namespaces import run_in_netns
+from corral.network.sandbox_egress import SandboxEgress
+
+__all__ = ["EgressHook", "EgressProxy", "Flow", "Verdict", "decide"]
+
+log = logging.getLogger(__name__)
+_SO_ORIGINAL_DST = 80
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One connection a sandbox opened: the name it asked for and where it was going."""
+
+    sandbox_id: str
+    name: str | None
+    address: str
+    port: int
+    tls: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    reason: str
+
+
+class EgressHook(Protocol):
+    async def on_connect(self, flow: Flow, head: bytes) -> bytes:
+        """Return the first flight to send upstream (``head`` unchanged, or rewritten)."""
+        ...
+
+
+class PassThrough:
+    async def on_connect(self, flow: Flow, head: bytes) -> bytes:
+        return head
+
+
+def decide(sandbox: SandboxEgress, name: str | None, address: str, port: int) -> Verdict:
+    """Whether a proxied connection may go through (see the module docstring)."""
+    policy, context = sandbox.policy, sandbox.context
+    blocked = context.is_blocked(address)
+    if name is not None and policy.name_denied(name):
+        return Verdict(False, f"{name} is denied")
+    if name is not None and policy.name_allowed_by_rule(name):
+        if not sandbox.names.answered(name, address):
+            return Verdict(False, f"{address} is not an address the resolver gave for {name}")
+        if blocked and not _allowed_by_address_rule(sandbox, address, port):
+            return Verdict(False, f"{address} ({name}) is in an always-blocked range")
+        return Verdict(True, f"{name} is allowed")
+    if policy.mode.internet and not blocked:
+        return Verdict(True, "the mode reaches the internet")
+    return Verdict(False, f"{name or 'a connection without a name'} is not allowed")
+
+
+def _allowed_by_address_rule(sandbox: SandboxEgress, address: str, port: int) -> bool:
+    ip = ipaddress.IPv4Address(address)
+    return any(
+        rule.kind == "cidr"
+        and rule.network is not None
+        and ip in rule.network
+        and rule.matches_port(port, "tcp")
+        for rule in sandbox.policy.allow
+    )
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One proxied connection: its two sockets and the task that serves it."""
+
+    flow: Flow | None
+    client: socket.socket
+    task: asyncio.Task[None] | None = None
+    upstream: socket.socket | None = None
+
+    def cut(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+class _SocketPool:
+    """Unconnected client sockets made ahead in a slot namespace: making one there takes a
+    thread that enters the namespace (about a millisecond), which a connection should not wait
+    for. Holds at most ``size``; refilled in the background once it is half empty."""
+
+    def __init__(self, slot_ns: str, size: int = 16) -> None:
+        self._slot_ns = slot_ns
+        self._size = size
+        self._ready: list[socket.socket] = []
+        self._refill: asyncio.Task[None] | None = None
+
+    async def take(self) -> socket.socket:
+        sock = self._ready.pop() if self._ready else None
+        if len(self._ready) <= self._size // 2 and (self._refill is None or self._refill.done()):
+            self._refill = asyncio.create_task(self._fill())
+        if sock is None:
+            sock = await asyncio.to_thread(run_in_netns, self._slot_ns, _client_socket)
+        return sock
+
+    async def _fill(self) -> None:
+        while (missing := self._size - len(self._ready)) > 0:
+            made = await asyncio.to_thread(
+                run_in_netns, self._slot_ns, lambda: [_client_socket() for _ in range(missing)]
+            )
+            self._ready.extend(made)
+            for extra in self._ready[self._size :]:
+                extra.close()
+            del self._ready[self._size :]
+
+    async def close(self) -> None:
+        if self._refill is not None:
+            with contextlib.suppress(Exception):
+                await self._refill
+        for sock in self._ready:
+            sock.close()
+        self._ready.clear()
+
+
+@dataclass(eq=False)
+class _Listener:
+    sandbox: SandboxEgress
+    sock: socket.socket
+    pool: _SocketPool
+    accepting: asyncio.Task[None] | None = None
+    connections: set[_Connection] = field(default_factory=set)
+
+
+class EgressProxy:
+    """Listens in each sandbox's slot namespace on ``context.proxy_port``. Not thread-safe; all
+    methods run on one event loop. Sockets are driven directly (``loop.sock_*``), with one
+    ``chunk``-sized buffer per direction: the next read waits until the last one is sent."""
+
+    def __init__(
+        self,
+        hook: EgressHook | None = None,
+        *,
+        head_timeout: float = 10.0,
+        connect_timeout: float = 10.0,
+        idle_timeout: float = 300.0,
+        chunk: int = 262144,
+        max_connections: int = 1024,
+    ) -> None:
+        self.hook: EgressHook = hook or PassThrough()
+        self._head_timeout = head_timeout
+        self._connect_timeout = connect_timeout
+        self._idle_timeout = idle_timeout
+        self._chunk = chunk
+        self._max_connections = max_connections
+        self._listeners: dict[str, _Listener] = {}
+
+    async def serve(self, sandbox: SandboxEgress) -> None:
+        if sandbox.sandbox_id in self._listeners:
+            return
+        port = sandbox.context.proxy_port
+        sock = await asyncio.to_thread(
+            run_in_netns, sandbox.slot_ns, lambda: _listen(INNER_GATEWAY, port)
+        )
+        listener = _Listener(sandbox, sock, _SocketPool(sandbox.slot_ns))
+        listener.accepting = asyncio.create_task(self._accept(listener))
+        self._listeners[sandbox.sandbox_id] = listener
+
+    def recheck(self, sandbox_id: str) -> int:
+        """After a policy change: cut the sandbox's proxied connections the new policy forbids
+        (the resolver's answers stay valid). Returns how many were cut."""
+        listener = self._listeners.get(sandbox_id)
+        if listener is None:
+            return 0
+        cut = 0
+        for conn in list(listener.connections):
+            flow = conn.flow
+            if flow is None:
+                continue
+            if not decide(listener.sandbox, flow.name, flow.address, flow.port).allowed:
+                conn.cut()
+                cut += 1
+        return cut
+
+    async def stop(self, sandbox_id: str) -> None:
+        listener = self._listeners.pop(sandbox_id, None)
+        if listener is None:
+            return
+        if listener.accepting is not None:
+            listener.accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener.accepting
+        listener.sock.close()
+        tasks = [conn.task for conn in listener.connections if conn.task is not None]
+        for conn in list(listener.connections):
+            conn.cut()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await listener.pool.close()
+
+    async def close(self) -> None:
+        for sandbox_id in list(self._listeners):
+            await self.stop(sandbox_id)
+
+    # -- one connection --------------------------------------------------------------------------
+
+    async def _accept(self, listener: _Listener) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, _ = await loop.sock_accept(listener.sock)
+            except OSError as exc:
+                log.warning("sandbox %s: proxy accept failed: %s", listener.sandbox.sandbox_id, exc)
+                await asyncio.sleep(0.1)  # e.g. out of descriptors: back off, then go on
+                continue
+            if len(listener.connections) >= self._max_connections:
+                client.close()
+                continue
+            client.setblocking(False)
+            conn = _Connection(None, client)
+            listener.connections.add(conn)
+            conn.task = asyncio.create_task(self._handle(listener, conn))
+
+    async def _handle(self, listener: _Listener, conn: _Connection) -> None:
+        sandbox = listener.sandbox
+        client = conn.client
+        finished = False
+        try:
+            address, port = _original_destination(client)
+            head = await asyncio.wait_for(self._read_head(client), self._head_timeout)
+            tls = sniff.is_tls(head)
+            name = sniff.tls_server_name(head) if tls else sniff.http_host(head)
+            verdict = decide(sandbox, name, address, port)
+            if not verdict.allowed:
+                log.info(
+                    "sandbox %s: refused %s:%d: %s",
+                    sandbox.sandbox_id,
+                    address,
+                    port,
+                    verdict.reason,
+                )
+                return
+            conn.flow = Flow(sandbox.sandbox_id, name, address, port, tls)
+            head = await self.hook.on_connect(conn.flow, head)
+            conn.upstream = await listener.pool.take()
+            await asyncio.wait_for(
+                asyncio.get_running_loop().sock_connect(conn.upstream, (address, port)),
+                self._connect_timeout,
+            )
+            await asyncio.get_running_loop().sock_sendall(conn.upstream, head)
+            await asyncio.gather(
+                self._pipe(client, conn.upstream), self._pipe(conn.upstream, client)
+            )
+            finished = True
+        except (OSError, TimeoutError, ValueError, NetworkFailure) as exc:
+            log.info("sandbox %s: proxied connection ended: %s", sandbox.sandbox_id, exc)
+        finally:
+            listener.connections.discard(conn)
+            # Both sides said all they had: close; else (refused, cut, failed) reset both.
+            close = socket.socket.close if finished else _abort
+            close(client)
+            if conn.upstream is not None:
+                close(conn.upstream)
+
+    async def _read_head(self, client: socket.socket) -> bytes:
+        loop = asyncio.get_running_loop()
+        head = b""
+        while sniff.need_more(head):
+            data = await loop.sock_recv(client, sniff.MAX_HEAD - len(head))
+            if not data:
+                break
+            head += data
+        return head
+
+    async def _pipe(self, source: socket.socket, target: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        buffer = bytearray(self._chunk)
+        view = memoryview(buffer)
+        while True:
+            size = await asyncio.wait_for(loop.sock_recv_into(source, buffer), self._idle_timeout)
+            if not size:
+                break
+            await loop.sock_sendall(target, view[:size])
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+
+def _abort(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0), so the peer learns at once that the connection is cut."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _original_destination(sock: socket.socket | None) -> tuple[str, int]:
+    if sock is None:
+        raise OSError("no socket")
+    raw = sock.getsockopt(socket.SOL_IP, _SO_ORIGINAL_DST, 16)
+    port = struct.unpack("!H", raw[2:4])[0]
+    return socket.inet_ntoa(raw[4:8]), port
+
+
+def _listen(address: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(256)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise NetworkFailure(f"binding the egress proxy on {address}:{port}: {exc}") from exc
+    return sock
+
+
+def _client_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
