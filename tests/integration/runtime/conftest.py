@@ -1,7 +1,8 @@
 """Harness for the gVisor runtime's integration tests: a runtime under a short private root dir,
-a factory for specs whose init is a small Python script run by the template's own python3, and a
-teardown that destroys every sandbox and checks that nothing is left on the host (mounts, runsc
-containers, cgroups). Console logs are printed at teardown so a failing test shows them.
+a factory for specs whose init is a small Python script run by the base image's own python3 (the
+image ./scripts/setup builds into the host-wide images dir), and a teardown that destroys every
+sandbox and checks that nothing is left on the host (mounts, runsc containers, cgroups). Console
+logs are printed at teardown so a failing test shows them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from corral.images.store import ImageStore
 from corral.runtime import AgentMount, GVisorRuntime, Resources, SandboxSpec
 
-ROOTFS = Path(os.environ.get("CORRAL_TEST_ROOTFS", "/tmp/base-rootfs"))
+# The prebuilt base image that ./scripts/setup makes, host-wide (read-only: sandboxes write to
+# their own overlay). The same images dir as every daemon's default and the e2e harness's.
+IMAGES_DIR = Path(os.environ.get("CORRAL_IMAGES_DIR", "/var/lib/corral/images"))
+ROOTFS = ImageStore(IMAGES_DIR).rootfs("base") or IMAGES_DIR / "base" / "rootfs"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 pytestmark = pytest.mark.integration
@@ -32,7 +37,7 @@ def _missing_prerequisite() -> str | None:
     if shutil.which("runsc") is None:
         return "runsc is not installed"
     if not (ROOTFS / "usr/bin/python3").exists():
-        return f"no rootfs with python3 at {ROOTFS} (set CORRAL_TEST_ROOTFS)"
+        return f"the base image (with python3) is missing at {ROOTFS}: run ./scripts/setup"
     return None
 
 
