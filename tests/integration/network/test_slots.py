@@ -99,7 +99,9 @@ def prefix() -> Iterator[str]:
 async def networks(prefix: str) -> AsyncIterator[Callable[..., SlotNetwork]]:
     """A factory of ``SlotNetwork``s on the test's prefix; all are released and closed after."""
     made: list[SlotNetwork] = []
-    subnet = free_subnet()  # one for the test: a restarted instance must see the same slots
+    # One for the test (a restarted instance must see the same slots); pyroute2's sync IPRoute
+    # runs its own event loop, so it is asked from a thread.
+    subnet = await asyncio.to_thread(free_subnet)
 
     def make(spare: int = 0) -> SlotNetwork:
         made.append(SlotNetwork(prefix=prefix, subnet=subnet, spare=spare))
