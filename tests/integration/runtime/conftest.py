@@ -8,6 +8,7 @@ logs are printed at teardown so a failing test shows them.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import re
 import shutil
@@ -21,12 +22,14 @@ import pytest
 
 from corral.images.store import ImageStore
 from corral.runtime import AgentMount, GVisorRuntime, Resources, SandboxSpec
+from corral.runtime.reaper import reap_adopted_zombies
 
 # The prebuilt base image that ./scripts/setup makes, host-wide (read-only: sandboxes write to
 # their own overlay). The same images dir as every daemon's default and the e2e harness's.
 IMAGES_DIR = Path(os.environ.get("CORRAL_IMAGES_DIR", "/var/lib/corral/images"))
 ROOTFS = ImageStore(IMAGES_DIR).rootfs("base") or IMAGES_DIR / "base" / "rootfs"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PR_SET_CHILD_SUBREAPER = 36
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +70,19 @@ def leftovers(root: Path, cgroup_parent: str) -> list[str]:
     return found
 
 
+def _stop_being_subreaper() -> None:
+    """Undo what ``GVisorRuntime`` did to this (the test) process: it made it a child subreaper,
+    which a daemon needs but a test process must not stay. Otherwise the runsc processes of any
+    later test's daemon that dies (the e2e crash tests SIGKILL theirs) are adopted by pytest, never
+    reaped, and the restarted daemon's ``runsc delete`` waits on those zombies until it times out.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER, 0): {os.strerror(err)}")
+    reap_adopted_zombies()
+
+
 def _remove_cgroup_parent(cgroup_parent: str) -> None:
     for controller in CGROUP_ROOT.iterdir():
         parent = controller / cgroup_parent
@@ -93,6 +109,7 @@ async def runtime(runtime_root: Path) -> AsyncIterator[GVisorRuntime]:
                 print(f"--- console of {sandbox_id} ---\n{log.read_text(errors='replace')[-4000:]}")
             await rt.destroy(sandbox_id)
         rt.close()  # its runsc state dir under /run/corral
+        _stop_being_subreaper()
         left = leftovers(runtime_root, cgroup_parent)
         _remove_cgroup_parent(cgroup_parent)
         assert left == [], f"left on the host: {left}"
