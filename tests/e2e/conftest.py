@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,17 +21,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.host import free_port, free_subnet
+
 REPO = Path(__file__).resolve().parents[2]
 CORRAL = str(Path(sys.executable).with_name("corral"))
 IMAGES_DIR = Path(os.environ.get("CORRAL_IMAGES_DIR", "/var/lib/corral/images"))
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -62,17 +57,6 @@ class Daemon:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-def free_subnet() -> str:
-    """A /16 that nothing on this host routes yet (other test runs may be going on)."""
-    from corral.network.conflicts import foreign_routes
-
-    for _ in range(50):
-        subnet = f"10.{secrets.randbelow(136) + 64}.0.0/16"
-        if not foreign_routes("zz", subnet):
-            return subnet
-    raise RuntimeError("no free 10.x.0.0/16 subnet for a test daemon")
 
 
 def start_daemon(

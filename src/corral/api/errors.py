@@ -1,4 +1,10 @@
-"""The one table that maps service errors to HTTP statuses, and the JSON error body."""
+"""Service errors to HTTP answers, and the JSON error body ``{"code", "message"}``.
+
+The status of each code is ``corral.errcodes`` (one table for the service, the API and the SDK).
+Every error leaves as that body, also one nobody expected: an exception that escapes a route is
+answered as a 500 ``internal`` that names its type but not its text (which may hold host paths);
+the traceback goes to the daemon's log.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from corral.errcodes import code_for_status, status_of
 from corral.service.errors import CorralError
 
 
@@ -22,28 +29,6 @@ class AsciiJSONResponse(JSONResponse):
         ).encode()
 
 
-STATUS_BY_CODE = {
-    "unauthorized": 401,
-    "not_found": 404,
-    "invalid": 400,
-    "bad_request": 400,
-    "is_a_directory": 400,
-    "not_a_directory": 400,
-    "exists": 409,
-    "permission_denied": 403,
-    "forbidden": 403,
-    "untrusted": 403,
-    "no_space": 507,
-    "conflict": 409,
-    "secret_bearing": 409,
-    "capacity": 409,
-    "too_large": 413,
-    "exec_failed": 400,
-    "sandbox_unavailable": 503,
-    "internal": 500,
-}
-
-
 def error_response(status: int, code: str, message: str) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return AsciiJSONResponse(
@@ -54,7 +39,7 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def _corral(_: Request, exc: CorralError) -> JSONResponse:
-        return error_response(STATUS_BY_CODE.get(exc.code, 500), exc.code, exc.message)
+        return error_response(status_of(exc.code), exc.code, exc.message)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -66,7 +51,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "invalid", 401: "unauthorized", 413: "too_large"}.get(
-            exc.status_code, "invalid"
+        return error_response(exc.status_code, code_for_status(exc.status_code), str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette re-raises after answering, so the server logs the traceback as well.
+        return error_response(
+            500,
+            "internal",
+            f"the daemon failed unexpectedly ({type(exc).__name__}) while answering "
+            f"{request.method} {request.url.path}; its log has the details",
         )
-        return error_response(exc.status_code, code, str(exc.detail))

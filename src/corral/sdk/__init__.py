@@ -15,8 +15,12 @@ from corral.sdk.errors import (
     CorralError,
     ExecFailed,
     InvalidRequest,
+    NoSpace,
     NotFound,
+    PermissionDenied,
     SandboxUnavailable,
+    Timeout,
+    TooLarge,
 )
 from corral.sdk.files import AsyncFiles
 from corral.sdk.models import (
@@ -61,7 +65,9 @@ __all__ = [
     "Files",
     "ImportResult",
     "InvalidRequest",
+    "NoSpace",
     "NotFound",
+    "PermissionDenied",
     "Process",
     "ProcessEvent",
     "ProcessInfo",
@@ -73,5 +79,7 @@ __all__ = [
     "SnapshotInfo",
     "Template",
     "TemplateInfo",
+    "Timeout",
+    "TooLarge",
     "WriteResult",
 ]

@@ -4,25 +4,35 @@
 CorralError                     anything the SDK raises on purpose
 ├── ConfigurationError          no API key found (says how to set one)
 ├── ConnectionFailed            the daemon cannot be reached, or a stream broke
-└── APIError                    the daemon answered with an error (status, code, message)
-    ├── AuthenticationError     401/403: missing or wrong API key
+└── APIError                    the daemon answered with an error (status, code, message);
+    │                           as itself for `internal` (500) and codes it does not know
+    ├── AuthenticationError     401 `unauthorized`: missing or wrong API key
+    ├── PermissionDenied        403 `permission_denied`: the sandbox refused access to a file;
+    │                           `forbidden`: the key may not do this
     ├── NotFound                404: no such sandbox, process, file or template
-    ├── Conflict                409 `conflict`: wrong state for the action, or
+    ├── Conflict                409 `conflict`: wrong state for the action; `exists`;
     │                           `secret_bearing`: the sandbox holds secrets that would be copied
     ├── CapacityError           409 `capacity`: over a ceiling or over free capacity
-    ├── InvalidRequest          400/422 `invalid`: a malformed request
+    ├── InvalidRequest          400/422 `invalid`, `bad_request`, ...: a malformed request
+    │   ├── TooLarge            413 `too_large`: a body or upload over its bound
     │   └── UntrustedExport     403 `untrusted`: an import whose signer is not trusted
     ├── ExecFailed              400 `exec_failed`: the command could not be started
-    └── SandboxUnavailable      502/503: the sandbox's agent cannot be reached
+    ├── SandboxUnavailable      502/503: the sandbox's agent cannot be reached
+    ├── Timeout                 504 `timeout`: the daemon gave up waiting for a step
+    └── NoSpace                 507 `no_space`: the sandbox's disk is full
 ```
 
-Foreign errors (httpx) are translated where they cross into the SDK, with `raise ... from exc`,
-so a caller never has to import httpx to handle a failure.
+Which code becomes which class is `corral.errcodes` (the table the daemon answers from too); an
+answer without a code is classed by its status. Foreign errors (httpx) are translated where they
+cross into the SDK, with `raise ... from exc`, so a caller never has to import httpx to handle a
+failure.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from corral.errcodes import CODES
 
 __all__ = [
     "APIError",
@@ -34,8 +44,12 @@ __all__ = [
     "CorralError",
     "ExecFailed",
     "InvalidRequest",
+    "NoSpace",
     "NotFound",
+    "PermissionDenied",
     "SandboxUnavailable",
+    "Timeout",
+    "TooLarge",
     "UntrustedExport",
     "error_from_response",
 ]
@@ -79,6 +93,11 @@ class AuthenticationError(APIError):
     """The API key is missing or wrong."""
 
 
+class PermissionDenied(APIError):
+    """Not allowed: the sandbox refused access to a file (`permission_denied`), or the API key
+    may not do this (`forbidden`). The key itself is fine."""
+
+
 class NotFound(APIError):
     """The sandbox, process, file or template does not exist."""
 
@@ -95,6 +114,10 @@ class InvalidRequest(APIError):
     """The daemon rejected the request as malformed."""
 
 
+class TooLarge(InvalidRequest):
+    """The request body or an upload is over the daemon's bound for it."""
+
+
 class UntrustedExport(InvalidRequest):
     """An import refused because its signature is missing, wrong, or not by a trusted key: its
     memory is not restored (`corral trust add`, or import with `fs_only`)."""
@@ -108,39 +131,37 @@ class SandboxUnavailable(APIError):
     """The sandbox exists but its in-sandbox agent cannot be reached."""
 
 
-_BY_CODE: dict[str, type[APIError]] = {
-    "unauthorized": AuthenticationError,
-    "forbidden": AuthenticationError,
-    "not_found": NotFound,
-    "conflict": Conflict,
-    "secret_bearing": Conflict,
-    "capacity": CapacityError,
-    "invalid": InvalidRequest,
-    "untrusted": UntrustedExport,
-    "too_large": InvalidRequest,
-    "exec_failed": ExecFailed,
-    "sandbox_unavailable": SandboxUnavailable,
-}
+class Timeout(APIError):
+    """The daemon gave up waiting for a step (the sandbox's agent, a runtime action)."""
 
-_DEFAULT_CODE: dict[type[APIError], str] = {
-    AuthenticationError: "unauthorized",
-    NotFound: "not_found",
-    Conflict: "conflict",
-    InvalidRequest: "invalid",
-    SandboxUnavailable: "sandbox_unavailable",
+
+class NoSpace(APIError):
+    """The sandbox's disk is full (its writes fail with ENOSPC)."""
+
+
+_BY_CODE: dict[str, type[APIError]] = {
+    code: globals()[entry.sdk_error] for code, entry in CODES.items()
 }
 
 _BY_STATUS: dict[int, type[APIError]] = {
     400: InvalidRequest,
     401: AuthenticationError,
-    403: AuthenticationError,
+    403: PermissionDenied,
     404: NotFound,
     409: Conflict,
-    413: InvalidRequest,
+    413: TooLarge,
     422: InvalidRequest,
     502: SandboxUnavailable,
     503: SandboxUnavailable,
+    504: Timeout,
+    507: NoSpace,
 }
+
+# The code an answer without one is given: its class's first code in the table.
+_DEFAULT_CODE: dict[type[APIError], str] = {}
+for _code, _cls in _BY_CODE.items():
+    _DEFAULT_CODE.setdefault(_cls, _code)
+del _code, _cls
 
 
 def error_from_response(status: int, body: Any) -> APIError:

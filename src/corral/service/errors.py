@@ -10,6 +10,10 @@ CorralError                 code        meaning
 ├── SandboxUnavailable      sandbox_unavailable  the sandbox's agent cannot be reached
 ├── Unauthorized            unauthorized         missing or wrong API key
 └── OperationFailed         internal    a runtime or network step failed; message says which
+
+A class's ``code`` (or the ``code=`` given, e.g. ``exists``, ``no_space``, ``permission_denied``
+for what a sandbox's agent reported) is one of ``corral.errcodes``; the API answers with its
+status from there.
 """
 
 from __future__ import annotations

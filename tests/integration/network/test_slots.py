@@ -1,8 +1,9 @@
 """Real slots on the real kernel: namespaces, veths and nftables made by ``SlotNetwork``.
 
-Each test uses its own random prefix (``ct`` + hex), so it never touches a running daemon's slots,
-and a sweep at teardown removes whatever that prefix left (namespaces, veths, the nft table), also
-when the test fails. Traffic goes only to the test's own namespaces and to listeners the test opens
+Each test uses its own random prefix (``ct`` + hex) and a subnet that nothing on the host routes
+(``tests.host.free_subnet``), so it never touches a running daemon's slots or addresses, and a
+sweep at teardown removes whatever that prefix left (namespaces, veths, the nft table), also when
+the test fails. Traffic goes only to the test's own namespaces and to listeners the test opens
 on its own slot addresses. Servers are started in the sandbox namespace with ``ip netns exec`` and
 killed by pid.
 """
@@ -23,6 +24,7 @@ import pytest
 from corral.network import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure, Slot, SlotNetwork
 from corral.network.namespaces import list_netns
 from corral.network.slots import SlotPlan
+from tests.host import free_subnet
 
 # The suite runs as root on a machine ./scripts/setup prepared: a missing piece is a failure.
 pytestmark = [pytest.mark.integration]
@@ -97,9 +99,12 @@ def prefix() -> Iterator[str]:
 async def networks(prefix: str) -> AsyncIterator[Callable[..., SlotNetwork]]:
     """A factory of ``SlotNetwork``s on the test's prefix; all are released and closed after."""
     made: list[SlotNetwork] = []
+    # One for the test (a restarted instance must see the same slots); pyroute2's sync IPRoute
+    # runs its own event loop, so it is asked from a thread.
+    subnet = await asyncio.to_thread(free_subnet)
 
     def make(spare: int = 0) -> SlotNetwork:
-        made.append(SlotNetwork(prefix=prefix, spare=spare))
+        made.append(SlotNetwork(prefix=prefix, subnet=subnet, spare=spare))
         return made[-1]
 
     yield make

@@ -1,12 +1,14 @@
 """Harness for the gVisor runtime's integration tests: a runtime under a short private root dir,
-a factory for specs whose init is a small Python script run by the template's own python3, and a
-teardown that destroys every sandbox and checks that nothing is left on the host (mounts, runsc
-containers, cgroups). Console logs are printed at teardown so a failing test shows them.
+a factory for specs whose init is a small Python script run by the base image's own python3 (the
+image ./scripts/setup builds into the host-wide images dir), and a teardown that destroys every
+sandbox and checks that nothing is left on the host (mounts, runsc containers, cgroups). Console
+logs are printed at teardown so a failing test shows them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import re
 import shutil
@@ -18,10 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from corral.images.store import ImageStore
 from corral.runtime import AgentMount, GVisorRuntime, Resources, SandboxSpec
+from corral.runtime.reaper import reap_adopted_zombies
 
-ROOTFS = Path(os.environ.get("CORRAL_TEST_ROOTFS", "/tmp/base-rootfs"))
+# The prebuilt base image that ./scripts/setup makes, host-wide (read-only: sandboxes write to
+# their own overlay). The same images dir as every daemon's default and the e2e harness's.
+IMAGES_DIR = Path(os.environ.get("CORRAL_IMAGES_DIR", "/var/lib/corral/images"))
+ROOTFS = ImageStore(IMAGES_DIR).rootfs("base") or IMAGES_DIR / "base" / "rootfs"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PR_SET_CHILD_SUBREAPER = 36
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +40,7 @@ def _missing_prerequisite() -> str | None:
     if shutil.which("runsc") is None:
         return "runsc is not installed"
     if not (ROOTFS / "usr/bin/python3").exists():
-        return f"no rootfs with python3 at {ROOTFS} (set CORRAL_TEST_ROOTFS)"
+        return f"the base image (with python3) is missing at {ROOTFS}: run ./scripts/setup"
     return None
 
 
@@ -62,6 +70,19 @@ def leftovers(root: Path, cgroup_parent: str) -> list[str]:
     return found
 
 
+def _stop_being_subreaper() -> None:
+    """Undo what ``GVisorRuntime`` did to this (the test) process: it made it a child subreaper,
+    which a daemon needs but a test process must not stay. Otherwise the runsc processes of any
+    later test's daemon that dies (the e2e crash tests SIGKILL theirs) are adopted by pytest, never
+    reaped, and the restarted daemon's ``runsc delete`` waits on those zombies until it times out.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER, 0): {os.strerror(err)}")
+    reap_adopted_zombies()
+
+
 def _remove_cgroup_parent(cgroup_parent: str) -> None:
     for controller in CGROUP_ROOT.iterdir():
         parent = controller / cgroup_parent
@@ -88,6 +109,7 @@ async def runtime(runtime_root: Path) -> AsyncIterator[GVisorRuntime]:
                 print(f"--- console of {sandbox_id} ---\n{log.read_text(errors='replace')[-4000:]}")
             await rt.destroy(sandbox_id)
         rt.close()  # its runsc state dir under /run/corral
+        _stop_being_subreaper()
         left = leftovers(runtime_root, cgroup_parent)
         _remove_cgroup_parent(cgroup_parent)
         assert left == [], f"left on the host: {left}"
