@@ -21,6 +21,7 @@ from corral.sdk.errors import (
     SandboxUnavailable,
     Timeout,
     TooLarge,
+    UntrustedExport,
 )
 from corral.sdk.files import AsyncFiles
 from corral.sdk.models import (
@@ -81,5 +82,6 @@ __all__ = [
     "TemplateInfo",
     "Timeout",
     "TooLarge",
+    "UntrustedExport",
     "WriteResult",
 ]
