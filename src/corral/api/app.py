@@ -19,6 +19,7 @@ from corral.api.routes import (
     trust,
     workspace,
 )
+from corral.e2b import install as install_e2b
 from corral.service.workspace import Workspace
 
 
@@ -49,4 +50,5 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
     authed = [Depends(require_key)]
     for module in (workspace, templates, sandboxes, processes, files, snapshots, trust):
         app.include_router(module.router, dependencies=authed)
+    install_e2b(app)
     return app

@@ -14,6 +14,7 @@ from typer.core import TyperGroup
 
 from corral.cli import exec as exec_verb
 from corral.cli import (
+    e2b,
     files,
     lifecycle,
     sandboxes,
@@ -105,6 +106,7 @@ app.add_typer(trust.app, name="trust")
 app.command("capacity")(workspace.capacity)
 app.add_typer(templates.templates_app, name="template")
 app.command("mcp")(serve.mcp)
+app.add_typer(e2b.app, name="e2b")
 
 
 def main() -> None:

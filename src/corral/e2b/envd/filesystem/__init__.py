@@ -1,0 +1,1 @@
+"""Generated envd protocol code (scripts/gen-e2b-proto)."""
