@@ -16,7 +16,7 @@ app = typer.Typer(help="The E2B-compatible front of this daemon.", no_args_is_he
 
 @app.command("env")
 def env(ctx: typer.Context) -> None:
-    """Print `export` lines for E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY and E2B_HTTP_VERSION.
+    """Print `export` lines for E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY.
 
     Use as `eval "$(corral e2b env)"`; unchanged code using the `e2b` package then runs here.
     """
@@ -27,8 +27,6 @@ def env(ctx: typer.Context) -> None:
         "E2B_API_URL": found.url,
         "E2B_SANDBOX_URL": found.url,
         "E2B_API_KEY": key,
-        # The daemon speaks HTTP/1.1 on plain http; the SDK would otherwise try HTTP/2.
-        "E2B_HTTP_VERSION": "1.1",
     }
     for name, value in settings.items():
         typer.echo(f"export {name}={shlex.quote(value)}")

@@ -7,7 +7,9 @@ calls answer UNIMPLEMENTED. ``Connect-Timeout-Ms`` of a ``Start`` becomes the pr
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,6 +24,8 @@ from corral.e2b.errors import connect_error_of
 from corral.service.errors import CorralError
 from corral.service.workspace import Workspace
 
+KEEPALIVE_HEADER = "keepalive-ping-interval"
+KEEPALIVE_BOUNDS = (1.0, 300.0)
 PTY_NOT_YET = "corral does not serve PTYs yet: use commands.run"
 SIGNALS = {pb.Signal.SIGTERM: "SIGTERM", pb.Signal.SIGKILL: "SIGKILL"}
 
@@ -56,6 +60,49 @@ def to_process_events(event: dict[str, Any]) -> list[pb.ProcessEvent]:
     if kind == "exit":
         return [_end_event(event)]
     return []  # "truncated": the agent dropped old output; envd has no such event
+
+
+def keepalive_interval(headers: Any) -> float | None:
+    raw = headers.get(KEEPALIVE_HEADER)
+    try:
+        value = float(raw) if raw else None
+    except ValueError:
+        return None
+    return None if value is None else min(max(value, KEEPALIVE_BOUNDS[0]), KEEPALIVE_BOUNDS[1])
+
+
+KEEPALIVE = pb.ProcessEvent(event=Oneof("keepalive", pb.ProcessEvent.KeepAlive()))
+
+
+async def with_keepalive(
+    events: AsyncIterator[dict[str, Any]], interval: float | None
+) -> AsyncIterator[pb.ProcessEvent]:
+    """The process events as envd's, with a keepalive after every ``interval`` s of silence."""
+    pending: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield KEEPALIVE
+                continue
+            try:
+                event = pending.result()
+            except StopAsyncIteration:
+                return
+            finally:
+                pending = None
+            for out in to_process_events(event):
+                yield out
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class ProcessHandler:
@@ -130,22 +177,21 @@ class ProcessHandler:
             events = await self._ws.processes.exec_stream(sandbox_id, spec)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        async for event in events:
-            for out in to_process_events(event):
-                yield pb.StartResponse(event=out)
+        async for out in with_keepalive(events, keepalive_interval(headers)):
+            yield pb.StartResponse(event=out)
 
     async def connect(
         self, request: pb.ConnectRequest, ctx: RequestContext
     ) -> AsyncIterator[pb.ConnectResponse]:
-        sandbox_id = sandbox_of(ctx.request_headers)
+        headers = ctx.request_headers
+        sandbox_id = sandbox_of(headers)
         try:
             pid = await self._pid(sandbox_id, request.process)
             events = await self._ws.processes.events(sandbox_id, pid, -1, True)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        async for event in events:
-            for out in to_process_events(event):
-                yield pb.ConnectResponse(event=out)
+        async for out in with_keepalive(events, keepalive_interval(headers)):
+            yield pb.ConnectResponse(event=out)
 
     async def update(self, request: pb.UpdateRequest, ctx: RequestContext) -> pb.UpdateResponse:
         raise ConnectError(Code.UNIMPLEMENTED, PTY_NOT_YET)
