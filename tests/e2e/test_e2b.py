@@ -125,7 +125,10 @@ def test_commands_background_stdin_list_connect_kill(sbx: Sandbox) -> None:
     result = handle.wait()
     assert result.stdout == "through stdin\n"
 
-    sleeper = sbx.commands.run("echo started; sleep 300", background=True)
+    sleeper = sbx.commands.run("echo started; touch /tmp/ready; sleep 300", background=True)
+    deadline = time.monotonic() + 10
+    while not sbx.files.exists("/tmp/ready") and time.monotonic() < deadline:
+        pass
     attached = sbx.commands.connect(sleeper.pid)
     assert sbx.commands.kill(sleeper.pid) is True
     with pytest.raises(CommandExitException) as killed:
@@ -247,9 +250,7 @@ def test_bad_input(daemon: Daemon) -> None:
                 json={},
             )
             assert rpc.status_code == 401
-            port = httpx.get(
-                f"{daemon.url}/", headers={**health, "E2b-Sandbox-Port": "8080"}
-            )
+            port = httpx.get(f"{daemon.url}/", headers={**health, "E2b-Sandbox-Port": "8080"})
             assert port.status_code == 502 and "8080" in port.json()["message"]
         finally:
             client.delete(f"/v1/sandboxes/{sandbox_id}")

@@ -12,7 +12,6 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from corral.cli import exec as exec_verb
 from corral.cli import (
     e2b,
     files,
@@ -25,6 +24,7 @@ from corral.cli import (
     trust,
     workspace,
 )
+from corral.cli import exec as exec_verb
 from corral.cli._state import CLIState
 from corral.sdk import AuthenticationError, CorralError
 

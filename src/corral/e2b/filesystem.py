@@ -17,6 +17,7 @@ from protobuf.wkt import Timestamp
 
 from corral.e2b.context import sandbox_of
 from corral.e2b.envd.filesystem import filesystem_pb as pb
+from corral.e2b.envd.filesystem.filesystem_connect import Filesystem
 from corral.e2b.errors import connect_error_of
 from corral.service.errors import CorralError
 from corral.service.workspace import Workspace
@@ -48,7 +49,7 @@ def to_entry(info: dict[str, Any]) -> pb.EntryInfo:
     return entry
 
 
-class FilesystemHandler:
+class FilesystemHandler(Filesystem):
     """Implements ``filesystem.Filesystem`` for the sandbox the dispatcher put in the request."""
 
     def __init__(self, ws: Workspace) -> None:

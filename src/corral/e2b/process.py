@@ -11,7 +11,7 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -20,6 +20,7 @@ from protobuf import Oneof
 
 from corral.e2b.context import sandbox_of, user_of
 from corral.e2b.envd.process import process_pb as pb
+from corral.e2b.envd.process.process_connect import Process
 from corral.e2b.errors import connect_error_of
 from corral.service.errors import CorralError
 from corral.service.workspace import Workspace
@@ -30,8 +31,14 @@ PTY_NOT_YET = "corral does not serve PTYs yet: use commands.run"
 SIGNALS = {pb.Signal.SIGTERM: "SIGTERM", pb.Signal.SIGKILL: "SIGKILL"}
 
 
+def _event(kind: Literal["start", "data", "end", "keepalive"], value: Any) -> pb.ProcessEvent:
+    chosen: Any = Oneof(kind, value)
+    return pb.ProcessEvent(event=chosen)
+
+
 def _data_event(kind: str, data: bytes) -> pb.ProcessEvent:
-    return pb.ProcessEvent(event=Oneof("data", pb.ProcessEvent.DataEvent(output=Oneof(kind, data))))
+    output: Any = Oneof(kind, data)
+    return _event("data", pb.ProcessEvent.DataEvent(output=output))
 
 
 def _end_event(event: dict[str, Any]) -> pb.ProcessEvent:
@@ -48,13 +55,13 @@ def _end_event(event: dict[str, Any]) -> pb.ProcessEvent:
     )
     if error:
         end.error = error
-    return pb.ProcessEvent(event=Oneof("end", end))
+    return _event("end", end)
 
 
 def to_process_events(event: dict[str, Any]) -> list[pb.ProcessEvent]:
     kind = event.get("type")
     if kind == "start":
-        return [pb.ProcessEvent(event=Oneof("start", pb.ProcessEvent.StartEvent(pid=event["pid"])))]
+        return [_event("start", pb.ProcessEvent.StartEvent(pid=event["pid"]))]
     if kind in ("stdout", "stderr"):
         return [_data_event(kind, base64.b64decode(event.get("data", "")))]
     if kind == "exit":
@@ -71,7 +78,7 @@ def keepalive_interval(headers: Any) -> float | None:
     return None if value is None else min(max(value, KEEPALIVE_BOUNDS[0]), KEEPALIVE_BOUNDS[1])
 
 
-KEEPALIVE = pb.ProcessEvent(event=Oneof("keepalive", pb.ProcessEvent.KeepAlive()))
+KEEPALIVE = _event("keepalive", pb.ProcessEvent.KeepAlive())
 
 
 async def with_keepalive(
@@ -105,7 +112,7 @@ async def with_keepalive(
             await aclose()
 
 
-class ProcessHandler:
+class ProcessHandler(Process):
     """Implements ``process.Process`` for the sandbox the dispatcher put in the request."""
 
     def __init__(self, ws: Workspace) -> None:
