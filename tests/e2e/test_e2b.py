@@ -213,6 +213,31 @@ def test_pause_then_connect_keeps_processes(sbx: Sandbox) -> None:
     assert Sandbox.connect(sbx.sandbox_id).commands.run("echo back").stdout == "back\n"
 
 
+def test_fork_and_snapshots(sbx: Sandbox) -> None:
+    sbx.files.write("/tmp/origin.txt", "from the parent")
+    forks = sbx.fork(count=2, timeout=120)
+    try:
+        assert len(forks) == 2 and all(isinstance(f, Sandbox) for f in forks)
+        for fork in forks:
+            assert isinstance(fork, Sandbox)
+            assert fork.files.read("/tmp/origin.txt") == "from the parent"
+            fork.files.write("/tmp/origin.txt", fork.sandbox_id)
+        assert sbx.files.read("/tmp/origin.txt") == "from the parent"
+    finally:
+        for fork in forks:
+            if isinstance(fork, Sandbox):
+                fork.kill()
+    snapshot = sbx.create_snapshot()
+    assert snapshot.snapshot_id in {s.snapshot_id for s in Sandbox.list_snapshots().next_items()}
+    restored = Sandbox.create(snapshot.snapshot_id, timeout=120)
+    try:
+        assert restored.files.read("/tmp/origin.txt") == "from the parent"
+    finally:
+        restored.kill()
+    assert Sandbox.delete_snapshot(snapshot.snapshot_id) is True
+    assert Sandbox.delete_snapshot(snapshot.snapshot_id) is False
+
+
 def test_killed_sandbox_behind_a_session(sbx: Sandbox) -> None:
     Sandbox.kill(sbx.sandbox_id)
     with pytest.raises(SandboxException):
