@@ -7,6 +7,7 @@ Built on python-multipart's push parser; bounded by the number of parts and head
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -75,6 +76,16 @@ async def read_parts(content_type: str, body: AsyncIterable[bytes], sink: PartSi
         while (item := await q.get()) is not None:
             yield item
 
+    async def feed(item: bytes | None) -> None:
+        # A sink that failed stops reading: never wait on a full queue for it.
+        assert queue is not None and writer is not None
+        put = asyncio.ensure_future(queue.put(item))
+        await asyncio.wait({put, writer}, return_when=asyncio.FIRST_COMPLETED)
+        if not put.done():
+            put.cancel()
+            writer.result()  # raises the sink's error
+            raise InvalidRequest("the upload's writer stopped before the part ended")
+
     try:
         async for chunk in body:
             try:
@@ -89,9 +100,9 @@ async def read_parts(content_type: str, body: AsyncIterable[bytes], sink: PartSi
                     queue = asyncio.Queue(QUEUE_CHUNKS)
                     writer = asyncio.ensure_future(sink(filename, chunks(queue)))
                 elif kind == "data" and queue is not None and value:
-                    await queue.put(value)
+                    await feed(value)
                 elif kind == "end" and queue is not None and writer is not None:
-                    await queue.put(None)
+                    await feed(None)
                     results.append(await writer)
                     queue, writer = None, None
             events.clear()
@@ -99,4 +110,6 @@ async def read_parts(content_type: str, body: AsyncIterable[bytes], sink: PartSi
     finally:
         if writer is not None and not writer.done():
             writer.cancel()
+            with contextlib.suppress(BaseException):
+                await writer
     return results

@@ -1,1 +1,1 @@
-"""Generated envd protocol code (scripts/gen-e2b-proto)."""
+from __future__ import annotations
