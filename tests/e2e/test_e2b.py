@@ -16,6 +16,7 @@ from e2b import (
     AuthenticationException,
     CommandExitException,
     NotFoundException,
+    PtySize,
     Sandbox,
     SandboxException,
     SandboxQuery,
@@ -279,6 +280,18 @@ def test_bad_input(daemon: Daemon) -> None:
             assert port.status_code == 502 and "8080" in port.json()["message"]
         finally:
             client.delete(f"/v1/sandboxes/{sandbox_id}")
+
+
+def test_unserved_calls_fail_at_once(sbx: Sandbox) -> None:
+    started = time.monotonic()
+    with pytest.raises(SandboxException, match="PTY"):
+        sbx.pty.create(PtySize(rows=24, cols=80))
+    with pytest.raises(SandboxException, match="watch"):
+        sbx.files.watch_dir("/tmp")
+    with pytest.raises(SandboxException):
+        sbx.get_metrics()
+    assert time.monotonic() - started < 10
+    assert sbx.commands.run("echo still fine").stdout == "still fine\n"
 
 
 def test_first_generation_routes_and_host_names(daemon: Daemon, sbx: Sandbox) -> None:
