@@ -193,7 +193,11 @@ def test_pause_then_connect_keeps_processes(sbx: Sandbox) -> None:
         background=True,
         timeout=0,
     )
+    attached = sbx.commands.connect(counter.pid)
     assert sbx.pause() is True
+    # A stream open across the park ends (the process lives on, parked); it does not hang.
+    with pytest.raises(SandboxException):
+        attached.wait()
     assert Sandbox.get_info(sbx.sandbox_id).state.value == "paused"
     assert not sbx.is_running()
     paused_list = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"})).next_items()

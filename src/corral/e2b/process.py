@@ -21,7 +21,7 @@ from protobuf import Oneof
 from corral.e2b.context import sandbox_of, user_of
 from corral.e2b.envd.process import process_pb as pb
 from corral.e2b.envd.process.process_connect import Process
-from corral.e2b.errors import connect_error_of
+from corral.e2b.errors import connect_error_of, gone_message
 from corral.service.errors import CorralError
 from corral.service.workspace import Workspace
 
@@ -82,10 +82,14 @@ KEEPALIVE = _event("keepalive", pb.ProcessEvent.KeepAlive())
 
 
 async def with_keepalive(
-    events: AsyncIterator[dict[str, Any]], interval: float | None
+    sandbox_id: str, events: AsyncIterator[dict[str, Any]], interval: float | None
 ) -> AsyncIterator[pb.ProcessEvent]:
-    """The process events as envd's, with a keepalive after every ``interval`` s of silence."""
+    """The process events as envd's, with a keepalive after every ``interval`` s of silence.
+
+    A stream that ends before the process's exit event broke (the sandbox was parked or killed):
+    that ends the RPC with UNAVAILABLE "... was not found", not silently."""
     pending: asyncio.Future[dict[str, Any]] | None = None
+    ended = False
     try:
         while True:
             if pending is None:
@@ -97,9 +101,20 @@ async def with_keepalive(
             try:
                 event = pending.result()
             except StopAsyncIteration:
-                return
+                if ended:
+                    return
+                raise ConnectError(
+                    Code.UNAVAILABLE,
+                    gone_message(
+                        sandbox_id,
+                        "the stream of its process broke (parked or killed); after a wake, "
+                        "commands.connect(pid) reads on",
+                    ),
+                ) from None
             finally:
                 pending = None
+            # Read on after the exit event: the service then lets the agent forget the process.
+            ended = ended or event.get("type") == "exit"
             for out in to_process_events(event):
                 yield out
     finally:
@@ -184,7 +199,7 @@ class ProcessHandler(Process):
             events = await self._ws.processes.exec_stream(sandbox_id, spec)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        async for out in with_keepalive(events, keepalive_interval(headers)):
+        async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers)):
             yield pb.StartResponse(event=out)
 
     async def connect(
@@ -197,7 +212,7 @@ class ProcessHandler(Process):
             events = await self._ws.processes.events(sandbox_id, pid, -1, True)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        async for out in with_keepalive(events, keepalive_interval(headers)):
+        async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers)):
             yield pb.ConnectResponse(event=out)
 
     async def update(self, request: pb.UpdateRequest, ctx: RequestContext) -> pb.UpdateResponse:
