@@ -127,3 +127,16 @@ async def test_control_api_needs_a_valid_key(client: httpx.AsyncClient) -> None:
         "/v1/sandboxes", headers={"Authorization": f"Bearer {client.headers['X-API-KEY']}"}
     )
     assert listed.json()["sandboxes"] == []
+
+
+async def test_an_oversized_control_body_is_refused(client: httpx.AsyncClient) -> None:
+    async def endless() -> AsyncIterator[bytes]:
+        chunk = b" " * 65536
+        for _ in range(64):  # 4 MiB, past the 1 MiB bound
+            yield chunk
+
+    answer = await client.post(
+        "/v2/sandboxes", content=endless(), headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 400
+    assert "over" in answer.json()["message"]

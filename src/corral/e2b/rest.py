@@ -126,9 +126,11 @@ def detail_body(record: SandboxRecord, tokens: AccessTokens) -> dict[str, Any]:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise InvalidRequest(f"request body over {MAX_BODY} bytes")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:  # checked while reading: a huge body is never held
+            raise InvalidRequest(f"request body over {MAX_BODY} bytes")
     if not raw.strip():
         return {}
     try:
