@@ -335,6 +335,31 @@ async def test_async_sdk(_e2b_settings: None) -> None:
         await sandbox.files.remove("/tmp/async2.txt")
         assert not await sandbox.files.exists("/tmp/async2.txt")
         assert (await sandbox.get_info()).metadata == {"suite": "e2b-async"}
+        written = await sandbox.files.write_files(
+            [{"path": "/tmp/am/1.txt", "data": "1"}, {"path": "/tmp/am/2.txt", "data": b"2"}]
+        )
+        assert [w.path for w in written] == ["/tmp/am/1.txt", "/tmp/am/2.txt"]
+        assert (await sandbox.files.get_info("/tmp/am/2.txt")).size == 1
+        assert await sandbox.files.make_dir("/tmp/am/d") is True
+        assert await sandbox.files.make_dir("/tmp/am/d") is False
+        sleeper = await sandbox.commands.run(
+            "echo up; touch /tmp/am/up; sleep 300", background=True
+        )
+        deadline = time.monotonic() + 10
+        while not await sandbox.files.exists("/tmp/am/up") and time.monotonic() < deadline:
+            pass
+        assert sleeper.pid in {p.pid for p in await sandbox.commands.list()}
+        attached = await sandbox.commands.connect(sleeper.pid)
+        assert await sandbox.commands.kill(sleeper.pid) is True
+        with pytest.raises(CommandExitException) as killed:
+            await attached.wait()
+        assert "up\n" in killed.value.stdout
+        (fork,) = await sandbox.fork(count=1, timeout=60)
+        assert isinstance(fork, AsyncSandbox)
+        try:
+            assert await fork.files.read("/tmp/am/1.txt") == "1"
+        finally:
+            await fork.kill()
         await sandbox.set_timeout(200)
         assert await sandbox.pause() is True
         woken = await AsyncSandbox.connect(sandbox.sandbox_id)
