@@ -94,6 +94,24 @@ def test_lifecycle_info_list_timeout_kill(daemon: Daemon) -> None:
         assert client.get(f"/v1/sandboxes/{sandbox.sandbox_id}").json()["state"] == "killed"
 
 
+def test_timeout_pauses_and_a_call_resumes(daemon: Daemon) -> None:
+    sandbox = Sandbox.create(
+        "base", timeout=2, lifecycle={"on_timeout": "pause", "auto_resume": True}
+    )
+    try:
+        with daemon.client() as client:
+            record = client.get(f"/v1/sandboxes/{sandbox.sandbox_id}").json()
+        assert (record["on_timeout"], record["auto_wake"]) == ("park", True)
+        deadline = time.monotonic() + 30
+        while Sandbox.get_info(sandbox.sandbox_id).state.value != "paused":
+            assert time.monotonic() < deadline, "the sandbox was not paused at its timeout"
+            time.sleep(0.2)
+        resumed = Sandbox.connect(sandbox.sandbox_id, timeout=120)
+        assert resumed.commands.run("echo resumed").stdout == "resumed\n"
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
 def test_commands_foreground(sbx: Sandbox) -> None:
     out: list[str] = []
     err: list[str] = []

@@ -160,6 +160,15 @@ def positive_int(body: dict[str, Any], key: str) -> int | None:
     return value
 
 
+def auto_resume(value: Any) -> bool:
+    """E2B's ``autoResume``: ``{"enabled": bool}`` (older bodies: a bare bool)."""
+    if isinstance(value, dict):
+        value = value.get("enabled")
+    if value is not None and not isinstance(value, bool):
+        raise InvalidRequest("'autoResume.enabled' must be true or false")
+    return bool(value)
+
+
 def create_request(body: dict[str, Any]) -> CreateRequest:
     unknown = sorted(set(body) - KNOWN_CREATE_FIELDS)
     if unknown:
@@ -186,7 +195,7 @@ def create_request(body: dict[str, Any]) -> CreateRequest:
         metadata=str_map(body, "metadata"),
         ttl_seconds=positive_int(body, "timeout") or 300,
         on_timeout="park" if body.get("autoPause") else "kill",
-        auto_wake=bool(body.get("autoResume")),
+        auto_wake=auto_resume(body.get("autoResume")),
     )
 
 
