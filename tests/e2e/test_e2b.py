@@ -184,6 +184,8 @@ def test_files(sbx: Sandbox) -> None:
     assert not sbx.files.exists("/tmp/e2b/sub")
     with pytest.raises(NotFoundException):
         sbx.files.read("/tmp/e2b/sub/b.txt")
+    sbx.files.write("/tmp/e2b/gz.bin", payload, gzip=True)
+    assert bytes(sbx.files.read("/tmp/e2b/gz.bin", format="bytes", gzip=True)) == payload
     with open(__file__, "rb") as handle:  # a file-like object goes as an octet-stream upload
         sbx.files.write("/tmp/e2b/self.py", handle)
     with open(__file__, "rb") as handle:

@@ -2,7 +2,8 @@
 ``GET /health``, over corral's FileService.
 
 An upload is ``application/octet-stream`` (one file, ``?path=``) or ``multipart/form-data`` (one
-or more files, each part's filename its path, or ``?path=`` for a single part); both stream.
+or more files, each part's filename its path, or ``?path=`` for a single part), either possibly
+``Content-Encoding: gzip``; all stream.
 A signed URL (``?signature=``) is checked against the sandbox's access token; one that names no
 sandbox (an E2B_SANDBOX_URL without ids) is matched against the running sandboxes' tokens.
 """
@@ -10,7 +11,8 @@ sandbox (an E2B_SANDBOX_URL without ids) is matched against the running sandboxe
 from __future__ import annotations
 
 import posixpath
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -77,6 +79,27 @@ def _path(request: Request) -> str:
     return path
 
 
+GUNZIP_STEP = 1 << 20
+
+
+async def gunzip(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """Decompress a gzip upload as it streams, at most GUNZIP_STEP bytes at a time (so a small
+    bomb never becomes a big buffer; the sandbox's disk bounds the total)."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        async for chunk in chunks:
+            data = inflater.decompress(chunk, GUNZIP_STEP)
+            while data:
+                yield data
+                data = inflater.decompress(inflater.unconsumed_tail, GUNZIP_STEP)
+        if not inflater.eof:
+            raise InvalidRequest("the gzip upload ended before its end")
+        if tail := inflater.flush():
+            yield tail
+    except zlib.error as exc:
+        raise InvalidRequest(f"the upload is not valid gzip: {exc}") from exc
+
+
 def _written(path: str) -> dict[str, Any]:
     return {"name": posixpath.basename(path), "type": "file", "path": path}
 
@@ -97,8 +120,10 @@ async def upload(request: Request) -> Response:
     ws = _ws(request)
     content_type = request.headers.get("content-type", "")
     try:
-        if request.headers.get("content-encoding", "identity") != "identity":
-            raise InvalidRequest("corral does not take compressed uploads yet: send without gzip")
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", "gzip"):
+            raise InvalidRequest(f"uploads may be gzip or uncompressed, not {encoding!r}")
+        body = gunzip(request.stream()) if encoding == "gzip" else request.stream()
         query_path = request.query_params.get("path")
         if content_type.startswith("multipart/form-data"):
             sandbox_id = authorised_sandbox(request, "write", query_path or "")
@@ -110,11 +135,11 @@ async def upload(request: Request) -> Response:
                 result = await ws.files.write(sandbox_id, path, data, None, True)
                 return _written(result.get("path", path))
 
-            written = await read_parts(content_type, request.stream(), sink)
+            written = await read_parts(content_type, body, sink)
         else:
             path = _path(request)
             sandbox_id = authorised_sandbox(request, "write", path)
-            result = await ws.files.write(sandbox_id, path, request.stream(), None, True)
+            result = await ws.files.write(sandbox_id, path, body, None, True)
             written = [_written(result.get("path", path))]
     except CorralError as exc:
         return files_error_of(sandbox_id, exc)

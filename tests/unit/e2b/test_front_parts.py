@@ -114,3 +114,18 @@ async def test_not_multipart_is_refused() -> None:
 
     with pytest.raises(InvalidRequest):
         await read_parts("application/json", chunked(b"{}", 2), sink)
+
+
+async def test_gunzip_streams_in_bounded_steps() -> None:
+    import gzip
+
+    from corral.e2b.files import GUNZIP_STEP, gunzip
+
+    bomb = gzip.compress(b"\0" * (20 << 20))  # 20 MiB of zeros in ~20 KiB
+    sizes = [len(c) async for c in gunzip(chunked(bomb, 4096))]
+    assert sum(sizes) == 20 << 20
+    assert max(sizes) <= GUNZIP_STEP
+    with pytest.raises(InvalidRequest, match="not valid gzip"):
+        _ = [c async for c in gunzip(chunked(b"not gzip at all", 4))]
+    with pytest.raises(InvalidRequest, match="ended before"):
+        _ = [c async for c in gunzip(chunked(bomb[: len(bomb) // 2], 4096))]
