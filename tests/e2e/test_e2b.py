@@ -79,6 +79,16 @@ def test_lifecycle_info_list_timeout_kill(daemon: Daemon) -> None:
         assert (sandbox.get_info().end_at - info.started_at).total_seconds() > 590
         listed = Sandbox.list(query=SandboxQuery(metadata={"who": "lifecycle"})).next_items()
         assert [s.sandbox_id for s in listed] == [sandbox.sandbox_id]
+        other = Sandbox.create("base", timeout=60)
+        try:
+            pages = Sandbox.list(limit=1)
+            seen = []
+            while pages.has_next:
+                seen.append([s.sandbox_id for s in pages.next_items()])
+            assert len(seen) >= 2 and all(len(page) == 1 for page in seen)
+            assert {sandbox.sandbox_id, other.sandbox_id} <= {p[0] for p in seen}
+        finally:
+            other.kill()
         assert sandbox.commands.run("echo $X").stdout == "1\n"
         again = Sandbox.connect(sandbox.sandbox_id)
         assert again.commands.run("echo same").stdout == "same\n"

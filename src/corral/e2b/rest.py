@@ -242,6 +242,18 @@ def list_filter(request: Request) -> tuple[dict[str, str] | None, set[str]]:
     return metadata or None, states
 
 
+MAX_PAGE = 1000
+
+
+def page_of(request: Request) -> tuple[int, int]:
+    """(offset, size) of a listing page: ``nextToken`` is the offset corral handed out."""
+    raw_token = request.query_params.get("nextToken") or "0"
+    raw_limit = request.query_params.get("limit") or str(MAX_PAGE)
+    if not raw_token.isdigit() or not raw_limit.isdigit() or int(raw_limit) < 1:
+        raise InvalidRequest("'nextToken' must come from a listing and 'limit' be positive")
+    return int(raw_token), min(int(raw_limit), MAX_PAGE)
+
+
 @router.get("/sandboxes")
 @router.get("/v2/sandboxes")
 async def list_sandboxes(request: Request) -> Response:
@@ -255,7 +267,13 @@ async def list_sandboxes(request: Request) -> Response:
             for r in ws.sandboxes.list(metadata=metadata)
             if visible(r) and E2B_STATE[r.state] in wanted
         ]
-        return JSONResponse([listed_body(r) for r in records])
+        records.sort(key=lambda r: (r.created_at, r.id))
+        start, limit = page_of(request)
+        page = records[start : start + limit]
+        headers = {}
+        if start + limit < len(records):
+            headers["x-next-token"] = str(start + limit)
+        return JSONResponse([listed_body(r) for r in page], headers=headers)
 
     return await guarded(run)
 
