@@ -87,6 +87,12 @@ def test_lifecycle_info_list_timeout_kill(daemon: Daemon) -> None:
                 seen.append([s.sandbox_id for s in pages.next_items()])
             assert len(seen) >= 2 and all(len(page) == 1 for page in seen)
             assert {sandbox.sandbox_id, other.sandbox_id} <= {p[0] for p in seen}
+            newest = Sandbox.list(limit=1, order="desc").next_items()
+            assert [s.sandbox_id for s in newest] == [other.sandbox_id]
+            later = SandboxQuery(started_after=other.get_info().started_at, template="base")
+            assert [s.sandbox_id for s in Sandbox.list(query=later).next_items()] == [
+                other.sandbox_id
+            ]
         finally:
             other.kill()
         assert sandbox.commands.run("echo $X").stdout == "1\n"

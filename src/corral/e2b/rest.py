@@ -245,6 +245,24 @@ def list_filter(request: Request) -> tuple[dict[str, str] | None, set[str]]:
 MAX_PAGE = 1000
 
 
+def filtered(request: Request, records: list[SandboxRecord]) -> list[SandboxRecord]:
+    """Listing filters beyond metadata and state: ``template``, ``startedAfter``."""
+    template = request.query_params.get("template")
+    if template:
+        records = [r for r in records if r.template == template]
+    raw_after = request.query_params.get("startedAfter")
+    if raw_after:
+        try:
+            after = datetime.fromisoformat(raw_after.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise InvalidRequest(f"'startedAfter' is not an ISO time: {raw_after!r}") from exc
+        if after.tzinfo is None:
+            after = after.replace(tzinfo=UTC)
+        # Compared as shown (startedAt is the creation time at microsecond precision).
+        records = [r for r in records if datetime.fromtimestamp(r.created_at, UTC) >= after]
+    return records
+
+
 def page_of(request: Request) -> tuple[int, int]:
     """(offset, size) of a listing page: ``nextToken`` is the offset corral handed out."""
     raw_token = request.query_params.get("nextToken") or "0"
@@ -267,7 +285,10 @@ async def list_sandboxes(request: Request) -> Response:
             for r in ws.sandboxes.list(metadata=metadata)
             if visible(r) and E2B_STATE[r.state] in wanted
         ]
-        records.sort(key=lambda r: (r.created_at, r.id))
+        records = filtered(request, records)
+        records.sort(
+            key=lambda r: (r.created_at, r.id), reverse=request.query_params.get("order") == "desc"
+        )
         start, limit = page_of(request)
         page = records[start : start + limit]
         headers = {}
