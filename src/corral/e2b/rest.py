@@ -1,16 +1,14 @@
 """E2B's control API (both generations: ``/sandboxes`` and ``/v2/sandboxes``) over corral.
 
 Each route converts E2B's JSON to a service call and back. E2B's ``paused`` is corral's
-``parked``; a killed, stopped or failed sandbox does not exist for E2B (404). Forks and snapshots
-map onto corral's (a snapshot's id is given as the template of a new sandbox). Fields corral
-cannot honour yet (custom networking, MCP, volumes, no internet) are refused with 400 and a
-message that says which, never silently dropped.
+``parked``; a killed, stopped or failed sandbox does not exist for E2B (404). Forks and
+snapshots are in ``snapshots``. Fields corral cannot honour yet (custom networking, MCP,
+volumes, no internet) are refused with 400 and a message that says which, never dropped.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -388,68 +386,3 @@ async def connect_sandbox(sandbox_id: str, request: Request) -> Response:
 @router.post("/sandboxes/{sandbox_id}/resume")
 async def resume_sandbox(sandbox_id: str, request: Request) -> Response:
     return await guarded(lambda: wake_and_answer(request, sandbox_id, resume_only=True))
-
-
-@router.post("/sandboxes/{sandbox_id}/fork")
-async def fork_sandbox(sandbox_id: str, request: Request) -> Response:
-    async def run() -> Response:
-        ws, tokens = workspace_of(request), tokens_of(request)
-        find(ws, sandbox_id)
-        body = await json_body(request)
-        count = positive_int(body, "count") or 1
-        seconds = positive_int(body, "timeout")
-        results = []
-        for record in await ws.lifecycle.fork(sandbox_id, count):
-            if seconds is not None:
-                record = ws.sandboxes.set_timeout(record.id, seconds)
-            results.append({"sandbox": created_body(record, tokens)})
-        return JSONResponse(results, status_code=201)
-
-    return await guarded(run)
-
-
-def snapshot_body(name: str) -> dict[str, Any]:
-    return {"snapshotID": name, "names": [name]}
-
-
-@router.post("/sandboxes/{sandbox_id}/snapshots")
-async def snapshot_sandbox(sandbox_id: str, request: Request) -> Response:
-    async def run() -> Response:
-        ws = workspace_of(request)
-        find(ws, sandbox_id)
-        body = await json_body(request)
-        name = body.get("name") or f"snap-{secrets.token_hex(6)}"
-        if not isinstance(name, str):
-            raise InvalidRequest("'name' must be a string")
-        if ws.sandboxes.get(sandbox_id).state == "parked":
-            await ws.lifecycle.wake(sandbox_id)
-        record = await ws.snapshots.take(sandbox_id, name, fs_only=body.get("memory") is False)
-        return JSONResponse(snapshot_body(record.name), status_code=201)
-
-    return await guarded(run)
-
-
-@router.get("/snapshots")
-async def list_snapshots(request: Request) -> Response:
-    async def run() -> Response:
-        ws = workspace_of(request)
-        source = request.query_params.get("sandboxID")
-        records = [r for r in ws.snapshots.list() if r.state == "ready"]
-        if source:
-            records = [r for r in records if r.source_id == source]
-        return JSONResponse([snapshot_body(r.name) for r in records])
-
-    return await guarded(run)
-
-
-@router.delete("/templates/{template_id}")
-async def delete_snapshot(template_id: str, request: Request) -> Response:
-    """E2B deletes snapshots by their id here; corral's templates are not deleted this way."""
-
-    async def run() -> Response:
-        ws = workspace_of(request)
-        ws.snapshots.get(template_id)
-        await ws.snapshots.remove(template_id)
-        return Response(status_code=204)
-
-    return await guarded(run)
