@@ -140,3 +140,24 @@ async def test_an_oversized_control_body_is_refused(client: httpx.AsyncClient) -
     )
     assert answer.status_code == 400
     assert "over" in answer.json()["message"]
+
+
+async def test_a_viewer_key_cannot_change_or_open_sandboxes(
+    client: httpx.AsyncClient,
+    harness: Harness,  # noqa: F811
+) -> None:
+    sandbox_id, _ = await new_sandbox(client)
+    viewer = {"X-API-KEY": harness.workspace.api_keys.create("looker", role="viewer")}
+    answers = [
+        await client.post("/v2/sandboxes", headers=viewer, json={"templateID": "base"}),
+        await client.post(f"/v2/sandboxes/{sandbox_id}/connect", headers=viewer, json={}),
+        await client.post(f"/sandboxes/{sandbox_id}/pause", headers=viewer),
+        await client.post(f"/sandboxes/{sandbox_id}/fork", headers=viewer, json={}),
+        await client.delete(f"/sandboxes/{sandbox_id}", headers=viewer),
+    ]
+    assert [a.status_code for a in answers] == [403] * 5
+    seen = await client.get(f"/sandboxes/{sandbox_id}", headers=viewer)
+    assert seen.status_code == 200 and "envdAccessToken" not in seen.json()
+    listed = await client.get("/v2/sandboxes", headers=viewer)
+    assert [s["sandboxID"] for s in listed.json()] == [sandbox_id]
+    assert (await client.get(f"/sandboxes/{sandbox_id}")).json()["state"] == "running"

@@ -17,6 +17,7 @@ from corral.service.errors import CorralError
 # corral error code -> HTTP status of E2B's control API.
 API_STATUS = {
     "unauthorized": 401,
+    "forbidden": 403,
     "not_found": 404,
     "invalid": 400,
     "conflict": 409,

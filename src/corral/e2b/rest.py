@@ -64,7 +64,27 @@ def require_api_key(request: Request) -> ApiKeyRecord:
     if not presented:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         presented = token.strip() if scheme.lower() == "bearer" else None
-    return workspace_of(request).api_keys.verify(presented)
+    record = workspace_of(request).api_keys.verify(presented)
+    request.state.e2b_key = record
+    return record
+
+
+def may_change(request: Request) -> bool:
+    key: ApiKeyRecord | None = getattr(request.state, "e2b_key", None)
+    return key is not None and key.role != "viewer"
+
+
+def require_writer(request: Request) -> None:
+    """Refuse a viewer key what changes sandboxes or opens them (their envd access token)."""
+    if not may_change(request):
+        key = request.state.e2b_key
+        raise CorralError(
+            f"API key {key.name!r} has role {key.role!r}: it may only look at sandboxes",
+            code="forbidden",
+        )
+
+
+WRITES = [Depends(require_writer)]
 
 
 router = APIRouter(tags=["e2b"], dependencies=[Depends(require_api_key)], include_in_schema=False)
@@ -213,8 +233,8 @@ async def guarded(call: Any) -> Response:
         return api_error_of(exc)
 
 
-@router.post("/sandboxes")
-@router.post("/v2/sandboxes")
+@router.post("/sandboxes", dependencies=WRITES)
+@router.post("/v2/sandboxes", dependencies=WRITES)
 async def create_sandbox(request: Request) -> Response:
     async def run() -> Response:
         ws, tokens = workspace_of(request), tokens_of(request)
@@ -305,12 +325,15 @@ async def get_sandbox(sandbox_id: str, request: Request) -> Response:
         record = await ws.sandboxes.refresh(sandbox_id)
         if not visible(record):
             raise NotFound(f"sandbox {sandbox_id} not found (it is {record.state})")
-        return JSONResponse(detail_body(record, tokens_of(request)))
+        body = detail_body(record, tokens_of(request))
+        if not may_change(request):
+            body.pop("envdAccessToken")
+        return JSONResponse(body)
 
     return await guarded(run)
 
 
-@router.delete("/sandboxes/{sandbox_id}")
+@router.delete("/sandboxes/{sandbox_id}", dependencies=WRITES)
 async def kill_sandbox(sandbox_id: str, request: Request) -> Response:
     async def run() -> Response:
         ws = workspace_of(request)
@@ -321,7 +344,7 @@ async def kill_sandbox(sandbox_id: str, request: Request) -> Response:
     return await guarded(run)
 
 
-@router.post("/sandboxes/{sandbox_id}/timeout")
+@router.post("/sandboxes/{sandbox_id}/timeout", dependencies=WRITES)
 async def set_timeout(sandbox_id: str, request: Request) -> Response:
     async def run() -> Response:
         ws = workspace_of(request)
@@ -335,7 +358,7 @@ async def set_timeout(sandbox_id: str, request: Request) -> Response:
     return await guarded(run)
 
 
-@router.post("/sandboxes/{sandbox_id}/refreshes")
+@router.post("/sandboxes/{sandbox_id}/refreshes", dependencies=WRITES)
 async def refresh_sandbox(sandbox_id: str, request: Request) -> Response:
     async def run() -> Response:
         ws = workspace_of(request)
@@ -350,7 +373,7 @@ async def refresh_sandbox(sandbox_id: str, request: Request) -> Response:
     return await guarded(run)
 
 
-@router.post("/sandboxes/{sandbox_id}/pause")
+@router.post("/sandboxes/{sandbox_id}/pause", dependencies=WRITES)
 async def pause_sandbox(sandbox_id: str, request: Request) -> Response:
     async def run() -> Response:
         ws = workspace_of(request)
@@ -377,12 +400,12 @@ async def wake_and_answer(request: Request, sandbox_id: str, *, resume_only: boo
     return JSONResponse(created_body(record, tokens), status_code=status)
 
 
-@router.post("/sandboxes/{sandbox_id}/connect")
-@router.post("/v2/sandboxes/{sandbox_id}/connect")
+@router.post("/sandboxes/{sandbox_id}/connect", dependencies=WRITES)
+@router.post("/v2/sandboxes/{sandbox_id}/connect", dependencies=WRITES)
 async def connect_sandbox(sandbox_id: str, request: Request) -> Response:
     return await guarded(lambda: wake_and_answer(request, sandbox_id, resume_only=False))
 
 
-@router.post("/sandboxes/{sandbox_id}/resume")
+@router.post("/sandboxes/{sandbox_id}/resume", dependencies=WRITES)
 async def resume_sandbox(sandbox_id: str, request: Request) -> Response:
     return await guarded(lambda: wake_and_answer(request, sandbox_id, resume_only=True))

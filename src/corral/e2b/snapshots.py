@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
 from corral.e2b.rest import (
+    WRITES,
     created_body,
     find,
     guarded,
@@ -28,7 +29,7 @@ from corral.service.errors import InvalidRequest
 router = APIRouter(tags=["e2b"], dependencies=[Depends(require_api_key)], include_in_schema=False)
 
 
-@router.post("/sandboxes/{sandbox_id}/fork")
+@router.post("/sandboxes/{sandbox_id}/fork", dependencies=WRITES)
 async def fork_sandbox(sandbox_id: str, request: Request) -> Response:
     async def run() -> Response:
         ws, tokens = workspace_of(request), tokens_of(request)
@@ -50,7 +51,7 @@ def snapshot_body(name: str) -> dict[str, Any]:
     return {"snapshotID": name, "names": [name]}
 
 
-@router.post("/sandboxes/{sandbox_id}/snapshots")
+@router.post("/sandboxes/{sandbox_id}/snapshots", dependencies=WRITES)
 async def snapshot_sandbox(sandbox_id: str, request: Request) -> Response:
     async def run() -> Response:
         ws = workspace_of(request)
@@ -80,7 +81,7 @@ async def list_snapshots(request: Request) -> Response:
     return await guarded(run)
 
 
-@router.delete("/templates/{template_id}")
+@router.delete("/templates/{template_id}", dependencies=WRITES)
 async def delete_snapshot(template_id: str, request: Request) -> Response:
     """E2B deletes snapshots by their id here; corral's templates are not deleted this way."""
 
