@@ -24,6 +24,7 @@ from corral.api.routes import (
     workspace,
 )
 from corral.config import Settings
+from corral.e2b import install as install_e2b
 from corral.service.workspace import Workspace
 
 KIB = 1024
@@ -62,6 +63,7 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
     for module in (workspace, templates, sandboxes, processes, files, snapshots, trust):
         app.include_router(module.router, dependencies=authed)
     app.include_router(docs_router(app), dependencies=authed)
+    install_e2b(app)
     return app
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from corral.cli import exec as exec_verb
 from corral.cli import (
+    e2b,
     files,
     lifecycle,
     sandboxes,
@@ -24,6 +24,7 @@ from corral.cli import (
     trust,
     workspace,
 )
+from corral.cli import exec as exec_verb
 from corral.cli._state import CLIState
 from corral.sdk import AuthenticationError, CorralError
 
@@ -105,6 +106,7 @@ app.add_typer(trust.app, name="trust")
 app.command("capacity")(workspace.capacity)
 app.add_typer(templates.templates_app, name="template")
 app.command("mcp")(serve.mcp)
+app.add_typer(e2b.app, name="e2b")
 
 
 def main() -> None:

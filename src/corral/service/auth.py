@@ -1,7 +1,9 @@
 """API keys: the admin key made at first start, and verification of presented keys.
 
 Invariant: a key's plaintext exists only in the caller's hands and in ``admin.key`` (mode 0600);
-the store holds SHA-256 hashes.
+the store holds SHA-256 hashes. New keys are ``e2b_`` and 40 hex digits (160 random bits), the
+shape the official E2B SDK expects of ``E2B_API_KEY``, so a corral key works there unchanged;
+keys made before (``crl_...``) keep working, as verification only hashes what is presented.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from corral.service.errors import Unauthorized
 from corral.storage import ApiKeyRecord, Database
 
-KEY_PREFIX = "crl_"
+KEY_PREFIX = "e2b_"
 
 
 def hash_key(key: str) -> str:
@@ -30,7 +32,7 @@ class ApiKeys:
         self._db = db
 
     def create(self, name: str, role: str = "admin") -> str:
-        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        key = KEY_PREFIX + secrets.token_hex(20)
         self._db.api_keys.add(
             ApiKeyRecord(
                 id=secrets.token_hex(8),

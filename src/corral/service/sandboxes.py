@@ -671,6 +671,15 @@ class SandboxService:
             )
         self._locks.pop(sandbox_id, None)
 
+    def set_timeout(self, sandbox_id: str, seconds: int) -> SandboxRecord:
+        """End a running or parked sandbox ``seconds`` from now (its ``on_timeout`` action)."""
+        record = self.get(sandbox_id)
+        require_state(record, "set the timeout of", "running", "parked")
+        cap = self.settings.max_ttl_seconds
+        if not 0 < seconds <= cap:
+            raise InvalidRequest(f"timeout {seconds} s is outside 1..{cap} s")
+        return self.db.sandboxes.update(sandbox_id, expires_at=time.time() + seconds)
+
     # ------------------------------------------------------------------------------ shared
     def lock(self, sandbox_id: str) -> asyncio.Lock:
         lock = self._locks.get(sandbox_id)

@@ -1,0 +1,87 @@
+"""Per-sandbox envd access tokens and the signatures of E2B's signed file URLs.
+
+A sandbox's access token is ``HMAC-SHA256(secret, sandbox_id)``: nothing per sandbox is stored,
+and a token names exactly one sandbox. The secret is 32 random bytes in ``DATA/e2b.secret``
+(mode 0600), made at first use, so tokens survive a daemon restart.
+
+A signed URL carries ``signature=v1_<b64(sha256(path:operation:user:token[:expiration]))>``
+(the E2B SDK's format); it is checked against the sandbox's token, and its expiration if any.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+SECRET_FILE = "e2b.secret"
+
+
+def load_secret(data_dir: Path) -> bytes:
+    """The token secret of this data dir, made (0600) at first use."""
+    path = data_dir / SECRET_FILE
+    try:
+        raw = path.read_bytes()
+        if len(raw) == 32:
+            return raw
+    except FileNotFoundError:
+        pass
+    raw = secrets.token_bytes(32)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(raw)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return raw
+
+
+class AccessTokens:
+    """Issues and checks the access tokens of sandboxes for one workspace secret."""
+
+    def __init__(self, secret: bytes | Callable[[], bytes]) -> None:
+        self._source = secret
+        self._secret: bytes | None = secret if isinstance(secret, bytes) else None
+
+    def secret(self) -> bytes:
+        """The secret; a callable source is called once, at first use (not at app build)."""
+        if self._secret is None:
+            assert callable(self._source)
+            self._secret = self._source()
+        return self._secret
+
+    def token(self, sandbox_id: str) -> str:
+        return hmac.new(self.secret(), sandbox_id.encode(), hashlib.sha256).hexdigest()
+
+    def check(self, sandbox_id: str, presented: str | None) -> bool:
+        return bool(presented) and hmac.compare_digest(self.token(sandbox_id), presented or "")
+
+    def signature(
+        self, sandbox_id: str, path: str, operation: str, user: str, expiration: int | None
+    ) -> str:
+        raw = f"{path}:{operation}:{user}:{self.token(sandbox_id)}"
+        if expiration is not None:
+            raw += f":{expiration}"
+        digest = hashlib.sha256(raw.encode()).digest()
+        return "v1_" + base64.b64encode(digest).rstrip(b"=").decode("ascii")
+
+    def check_signature(
+        self,
+        sandbox_id: str,
+        presented: str,
+        *,
+        path: str,
+        operation: str,
+        user: str,
+        expiration: int | None,
+    ) -> bool:
+        if expiration is not None and expiration < time.time():
+            return False
+        wanted = self.signature(sandbox_id, path, operation, user, expiration)
+        return hmac.compare_digest(wanted, presented)
