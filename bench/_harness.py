@@ -101,8 +101,10 @@ class Daemon:
 
 
 @contextmanager
-def private_daemon() -> Iterator[Daemon]:
-    """A daemon of its own (data dir, port, network prefix) that is stopped and cleaned after."""
+def private_daemon(settings: dict[str, str] | None = None) -> Iterator[Daemon]:
+    """A daemon of its own (data dir, port, network prefix) that is stopped and cleaned after.
+
+    ``settings``: extra ``CORRAL_*`` variables for it (e.g. a larger CPU overcommit)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -112,6 +114,7 @@ def private_daemon() -> Iterator[Daemon]:
         "CORRAL_IMAGES_DIR": str(IMAGES_DIR),
         "CORRAL_NETWORK_PREFIX": "cb" + secrets.token_hex(2),
         "CORRAL_NETWORK_SUBNET": free_subnet(),
+        **(settings or {}),
     }
     log = open(data_dir.with_suffix(".log"), "wb")  # noqa: SIM115 (closed in the finally below)
     process = subprocess.Popen(
