@@ -60,6 +60,48 @@ def pids_matching(token: str, children: dict[int, list[int]] | None = None) -> l
     return sorted(found)
 
 
+def process_trees(tokens: list[str]) -> dict[str, list[int]]:
+    """For each token, the processes whose command line names it and all their descendants
+    (one scan of /proc for all tokens; this bench's own process is left out)."""
+    children: dict[int, list[int]] = {}
+    cmdlines: dict[int, bytes] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            cmdlines[int(entry.name)] = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    cmdlines.pop(os.getpid(), None)
+    trees = {}
+    for token in tokens:
+        needle = token.encode()
+        todo = [pid for pid, cmdline in cmdlines.items() if needle in cmdline]
+        found: set[int] = set()
+        while todo:
+            pid = todo.pop()
+            if pid not in found:
+                found.add(pid)
+                todo.extend(children.get(pid, []))
+        trees[token] = sorted(found)
+    return trees
+
+
+def process_cpu_s(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds so far of each of ``pids`` still alive."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def cpu_jiffies() -> tuple[int, int]:
     """(busy, total) jiffies of all cores since boot, from /proc/stat's first line."""
     fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -87,13 +129,13 @@ def mem_available_mib() -> int:
 class ProcessRun:
     wall_ms: float
     cpu_ms: float
-    max_rss_mib: float
     exit_code: int
 
 
 def whole_process(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ProcessRun:
     """Run ``argv`` to its end (output read and thrown away); its wall time from spawn to reap
-    and its user+sys CPU time and peak RSS as the kernel accounted them (``wait4``)."""
+    and its user+sys CPU time as the kernel accounted it (``wait4``). Peak RSS is not given:
+    the kernel keeps the forking parent's across the exec."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         list(argv),
@@ -108,7 +150,6 @@ def whole_process(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     return ProcessRun(
         wall_ms=wall,
         cpu_ms=(usage.ru_utime + usage.ru_stime) * 1000,
-        max_rss_mib=usage.ru_maxrss / 1024,
         exit_code=proc.returncode,
     )
 

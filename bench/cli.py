@@ -3,7 +3,7 @@
     .venv/bin/python bench/cli.py [--runs 15]
 
 Each command is started, run to its end and reaped by this bench; its wall time is from spawn to
-reap, its CPU time (user + sys) and peak RSS as the kernel accounted them. The commands are run
+reap, its CPU time (user + sys) as the kernel accounted it. The commands are run
 in turn (A B C D E, A B C D E, ...) so that load from elsewhere on the host weighs on all alike,
 beside the floors of any Python CLI measured in the same run: `python3 -c pass` and
 `python3 -I -S -c pass` (the interpreter the `corral` script runs on). The exec and ls commands
@@ -57,19 +57,15 @@ def main() -> None:
     base = Figures("", [r.wall_ms for r in runs["python3 -c pass"]]).p50
     print(f"whole process, {args.runs} runs each, taken in turn; ms")
     print(
-        f"{'command':28} {'wall p50':>9} {'wall p99':>9} {'cpu p50':>9} "
-        f"{'rss MiB':>8} {'vs python3 -c pass':>19}"
+        f"{'command':32} {'wall p50':>9} {'wall p99':>9} {'cpu p50':>9} "
+        f"{'wall vs python3 -c pass':>24}"
     )
     walls: dict[str, Figures] = {}
     for name, samples in runs.items():
         wall = walls[name] = Figures(name, [r.wall_ms for r in samples])
         cpu = Figures(name, [r.cpu_ms for r in samples])
-        rss = max(r.max_rss_mib for r in samples)
-        print(
-            f"{name:28} {wall.p50:9.1f} {wall.p99:9.1f} {cpu.p50:9.1f} {rss:8.1f} "
-            f"{wall.p50 / base:18.2f}x"
-        )
-    print(f"{sdk.name:28} {sdk.p50:9.1f} {sdk.p99:9.1f}")
+        print(f"{name:32} {wall.p50:9.1f} {wall.p99:9.1f} {cpu.p50:9.1f} {wall.p50 / base:23.2f}x")
+    print(f"{sdk.name:32} {sdk.p50:9.1f} {sdk.p99:9.1f}")
     print()
     print(goal_line("`corral --help`", walls["corral --help"].p50, 100, "ms", "issue 14"))
     exec_wall = walls["corral exec ID -- true"].p50
