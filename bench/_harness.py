@@ -6,6 +6,8 @@ nothing about speed.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -16,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -92,6 +95,21 @@ def free_subnet() -> str:
     raise RuntimeError("no free 10.x.0.0/16 subnet for a bench daemon")
 
 
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block is done (a cleanup that must not be cut short);
+    outside the main thread, where handlers cannot be set, nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, previous in held.items():
+            signal.signal(sig, previous)
+
+
 @dataclass
 class Daemon:
     url: str
@@ -124,6 +142,7 @@ def private_daemon(settings: dict[str, str] | None = None) -> Iterator[Daemon]:
         env=env,
     )
     url = f"http://127.0.0.1:{port}"
+    failed, key = False, ""
     try:
         for _ in range(600):
             try:
@@ -133,26 +152,44 @@ def private_daemon(settings: dict[str, str] | None = None) -> Iterator[Daemon]:
                 time.sleep(0.1)
         key = (data_dir / "data" / "admin.key").read_text().strip()
         yield Daemon(url, key, process, data_dir)
+    except Exception:  # kept for a failure, not for Ctrl-C
+        failed = True
+        raise
     finally:
-        try:
-            headers = {"Authorization": f"Bearer {key}"}
-            # Pools refill: remove pooled templates first, then every sandbox, pooled ones too.
-            templates = httpx.get(url + "/v1/templates", headers=headers).json()["templates"]
-            for template in templates:
-                if template.get("pool"):
-                    httpx.delete(f"{url}/v1/templates/{template['name']}", headers=headers)
-            listed = httpx.get(
-                url + "/v1/sandboxes", headers=headers, params={"include_pooled": True}
-            ).json()["sandboxes"]
-            for sbx in listed:
-                if sbx["state"] != "killed":
-                    httpx.delete(f"{url}/v1/sandboxes/{sbx['id']}", headers=headers, timeout=60)
-        except Exception:
-            pass
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
+        with signals_held():
+            _stop_daemon(url, key, process)
         log.close()
+        # The daemon's runsc state dir (keyed as GVisorRuntime keys it); removed once empty.
+        sandboxes = (data_dir / "data" / "sandboxes").resolve()
+        state = Path("/run/corral") / hashlib.sha256(str(sandboxes).encode()).hexdigest()[:12]
+        with contextlib.suppress(OSError):
+            state.rmdir()
         shutil.rmtree(data_dir, ignore_errors=True)
+        if failed:
+            print(f"the bench daemon's log is kept at {log.name}", file=sys.stderr)
+        else:
+            Path(log.name).unlink(missing_ok=True)
+
+
+def _stop_daemon(url: str, key: str, process: subprocess.Popen[bytes]) -> None:
+    """Remove every sandbox and pooled template of the daemon, then stop it."""
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        # Pools refill: remove pooled templates first, then every sandbox, pooled ones too.
+        templates = httpx.get(url + "/v1/templates", headers=headers).json()["templates"]
+        for template in templates:
+            if template.get("pool"):
+                httpx.delete(f"{url}/v1/templates/{template['name']}", headers=headers)
+        listed = httpx.get(
+            url + "/v1/sandboxes", headers=headers, params={"include_pooled": True}
+        ).json()["sandboxes"]
+        for sbx in listed:
+            if sbx["state"] != "killed":
+                httpx.delete(f"{url}/v1/sandboxes/{sbx['id']}", headers=headers, timeout=60)
+    except Exception:
+        pass
+    process.send_signal(signal.SIGTERM)
+    process.wait(30)
 
 
 class RawRunsc:

@@ -157,7 +157,8 @@ def whole_process(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
 def goal_line(what: str, measured: float, limit: float, unit: str, how: str) -> str:
     """One verdict: ``what`` measured against ``limit`` (``how`` says where it comes from)."""
     verdict = "met" if measured <= limit else "missed"
-    return f"goal {what}: {measured:.1f} {unit} vs at most {limit:.1f} {unit} ({how}): {verdict}"
+    unit = unit if unit == "x" else " " + unit
+    return f"goal {what}: {measured:.1f}{unit} vs at most {limit:.1f}{unit} ({how}): {verdict}"
 
 
 def ratio_goal_line(what: str, measured: float, baseline: float, factor: float, base: str) -> str:

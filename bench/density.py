@@ -40,7 +40,7 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _harness import Figures, RawRunsc, private_daemon, timed
+from _harness import Figures, RawRunsc, private_daemon, signals_held, timed
 from _measure import (
     cpu_jiffies,
     goal_line,
@@ -102,7 +102,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 class Fleet:
     """The sandboxes this bench made, created and killed ``CONCURRENCY`` at a time. ``kill_all``
-    runs with Ctrl-C held off, so an impatient second Ctrl-C cannot leave sandboxes behind."""
+    runs with Ctrl-C and SIGTERM held off, so an impatient second Ctrl-C cannot leave sandboxes
+    behind; it also kills any the daemon lists that a cut-short create left without a handle."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
@@ -118,23 +119,25 @@ class Fleet:
                 self.live[sbx.id] = sbx
                 made.append(sbx)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            with signals_held():  # let the creates in flight end, to know every sandbox made
+                pool.shutdown(wait=True, cancel_futures=True)
             for future in futures:  # those finished after a failure: still ours to kill
                 if future.done() and not future.cancelled() and future.exception() is None:
                     self.live.setdefault(future.result().id, future.result())
         return made
 
     def kill_all(self) -> None:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
+        with signals_held():
             with ThreadPoolExecutor(CONCURRENCY) as pool:
                 list(pool.map(self._kill, list(self.live.values())))
             # Any the daemon has that we never got a handle for (a create cut short).
-            for info in self.client.list_sandboxes():
-                if info.state != "killed":
-                    self._kill(self.client.sandbox(info.id))
-        finally:
-            signal.signal(signal.SIGINT, previous)
+            try:
+                left = [i for i in self.client.list_sandboxes() if i.state != "killed"]
+            except Exception as exc:
+                print(f"warning: listing the daemon's sandboxes: {exc}", file=sys.stderr)
+                left = []
+            for info in left:
+                self._kill(self.client.sandbox(info.id))
 
     def _kill(self, sbx: Sandbox) -> None:
         try:
