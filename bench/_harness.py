@@ -72,16 +72,17 @@ def timed_inner(fn: Callable[[], float], runs: int, warmup: int = 2) -> list[flo
 
 def report(rows: list[tuple[Figures, Figures | None]]) -> None:
     """Each measure with its ratio to its baseline; the baselines themselves first."""
-    print(f"{'measure':44} {'p50 ms':>9} {'p99 ms':>9} {'ratio p50':>10}")
     baselines: list[Figures] = []
     for _, baseline in rows:
         if baseline is not None and all(b is not baseline for b in baselines):
             baselines.append(baseline)
+    width = max([44, *(len(f.name) for f, _ in rows), *(len(b.name) for b in baselines)])
+    print(f"{'measure':{width}} {'p50 ms':>9} {'p99 ms':>9} {'ratio p50':>10}")
     for baseline in baselines:
-        print(f"{baseline.name:44} {baseline.p50:9.2f} {baseline.p99:9.2f} {'(baseline)':>10}")
+        print(f"{baseline.name:{width}} {baseline.p50:9.2f} {baseline.p99:9.2f} {'(baseline)':>10}")
     for figures, baseline in rows:
         ratio = f"{figures.p50 / baseline.p50:9.2f}x" if baseline else ""
-        print(f"{figures.name:44} {figures.p50:9.2f} {figures.p99:9.2f} {ratio:>10}")
+        print(f"{figures.name:{width}} {figures.p50:9.2f} {figures.p99:9.2f} {ratio:>10}")
 
 
 def free_subnet() -> str:

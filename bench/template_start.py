@@ -79,7 +79,7 @@ def main() -> None:
                 return (arrived[0] - started) * 1000
 
             cold = Figures(
-                "cold template (built, 2 layers): create → first output",
+                "cold template (2 layers): create → output",
                 timed_inner(lambda: first_output("bench-cold"), args.runs),
             )
             base = Figures(
