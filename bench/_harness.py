@@ -6,6 +6,8 @@ nothing about speed.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -16,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -69,16 +72,17 @@ def timed_inner(fn: Callable[[], float], runs: int, warmup: int = 2) -> list[flo
 
 def report(rows: list[tuple[Figures, Figures | None]]) -> None:
     """Each measure with its ratio to its baseline; the baselines themselves first."""
-    print(f"{'measure':44} {'p50 ms':>9} {'p99 ms':>9} {'ratio p50':>10}")
     baselines: list[Figures] = []
     for _, baseline in rows:
         if baseline is not None and all(b is not baseline for b in baselines):
             baselines.append(baseline)
+    width = max([44, *(len(f.name) for f, _ in rows), *(len(b.name) for b in baselines)])
+    print(f"{'measure':{width}} {'p50 ms':>9} {'p99 ms':>9} {'ratio p50':>10}")
     for baseline in baselines:
-        print(f"{baseline.name:44} {baseline.p50:9.2f} {baseline.p99:9.2f} {'(baseline)':>10}")
+        print(f"{baseline.name:{width}} {baseline.p50:9.2f} {baseline.p99:9.2f} {'(baseline)':>10}")
     for figures, baseline in rows:
         ratio = f"{figures.p50 / baseline.p50:9.2f}x" if baseline else ""
-        print(f"{figures.name:44} {figures.p50:9.2f} {figures.p99:9.2f} {ratio:>10}")
+        print(f"{figures.name:{width}} {figures.p50:9.2f} {figures.p99:9.2f} {ratio:>10}")
 
 
 def free_subnet() -> str:
@@ -92,6 +96,21 @@ def free_subnet() -> str:
     raise RuntimeError("no free 10.x.0.0/16 subnet for a bench daemon")
 
 
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block is done (a cleanup that must not be cut short);
+    outside the main thread, where handlers cannot be set, nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, previous in held.items():
+            signal.signal(sig, previous)
+
+
 @dataclass
 class Daemon:
     url: str
@@ -101,8 +120,10 @@ class Daemon:
 
 
 @contextmanager
-def private_daemon() -> Iterator[Daemon]:
-    """A daemon of its own (data dir, port, network prefix) that is stopped and cleaned after."""
+def private_daemon(settings: dict[str, str] | None = None) -> Iterator[Daemon]:
+    """A daemon of its own (data dir, port, network prefix) that is stopped and cleaned after.
+
+    ``settings``: extra ``CORRAL_*`` variables for it (e.g. a larger CPU overcommit)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -112,6 +133,7 @@ def private_daemon() -> Iterator[Daemon]:
         "CORRAL_IMAGES_DIR": str(IMAGES_DIR),
         "CORRAL_NETWORK_PREFIX": "cb" + secrets.token_hex(2),
         "CORRAL_NETWORK_SUBNET": free_subnet(),
+        **(settings or {}),
     }
     log = open(data_dir.with_suffix(".log"), "wb")  # noqa: SIM115 (closed in the finally below)
     process = subprocess.Popen(
@@ -121,6 +143,7 @@ def private_daemon() -> Iterator[Daemon]:
         env=env,
     )
     url = f"http://127.0.0.1:{port}"
+    failed, key = False, ""
     try:
         for _ in range(600):
             try:
@@ -130,26 +153,44 @@ def private_daemon() -> Iterator[Daemon]:
                 time.sleep(0.1)
         key = (data_dir / "data" / "admin.key").read_text().strip()
         yield Daemon(url, key, process, data_dir)
+    except Exception:  # kept for a failure, not for Ctrl-C
+        failed = True
+        raise
     finally:
-        try:
-            headers = {"Authorization": f"Bearer {key}"}
-            # Pools refill: remove pooled templates first, then every sandbox, pooled ones too.
-            templates = httpx.get(url + "/v1/templates", headers=headers).json()["templates"]
-            for template in templates:
-                if template.get("pool"):
-                    httpx.delete(f"{url}/v1/templates/{template['name']}", headers=headers)
-            listed = httpx.get(
-                url + "/v1/sandboxes", headers=headers, params={"include_pooled": True}
-            ).json()["sandboxes"]
-            for sbx in listed:
-                if sbx["state"] != "killed":
-                    httpx.delete(f"{url}/v1/sandboxes/{sbx['id']}", headers=headers, timeout=60)
-        except Exception:
-            pass
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
+        with signals_held():
+            _stop_daemon(url, key, process)
         log.close()
+        # The daemon's runsc state dir (keyed as GVisorRuntime keys it); removed once empty.
+        sandboxes = (data_dir / "data" / "sandboxes").resolve()
+        state = Path("/run/corral") / hashlib.sha256(str(sandboxes).encode()).hexdigest()[:12]
+        with contextlib.suppress(OSError):
+            state.rmdir()
         shutil.rmtree(data_dir, ignore_errors=True)
+        if failed:
+            print(f"the bench daemon's log is kept at {log.name}", file=sys.stderr)
+        else:
+            Path(log.name).unlink(missing_ok=True)
+
+
+def _stop_daemon(url: str, key: str, process: subprocess.Popen[bytes]) -> None:
+    """Remove every sandbox and pooled template of the daemon, then stop it."""
+    try:
+        headers = {"Authorization": f"Bearer {key}"}
+        # Pools refill: remove pooled templates first, then every sandbox, pooled ones too.
+        templates = httpx.get(url + "/v1/templates", headers=headers).json()["templates"]
+        for template in templates:
+            if template.get("pool"):
+                httpx.delete(f"{url}/v1/templates/{template['name']}", headers=headers)
+        listed = httpx.get(
+            url + "/v1/sandboxes", headers=headers, params={"include_pooled": True}
+        ).json()["sandboxes"]
+        for sbx in listed:
+            if sbx["state"] != "killed":
+                httpx.delete(f"{url}/v1/sandboxes/{sbx['id']}", headers=headers, timeout=60)
+    except Exception:
+        pass
+    process.send_signal(signal.SIGTERM)
+    process.wait(30)
 
 
 class RawRunsc:

@@ -3,8 +3,10 @@
     .venv/bin/python bench/sandbox_latency.py [--runs 30] [--breakdown]
 
 Prints p50/p99 over the runs and the ratio to raw `runsc run` / `runsc exec` on the same base
-image and platform (systrap). Also prints the host memory of an idle sandbox (PSS of all its host
-processes, PSS and USS) beside an idle raw runsc container. Raw and corral samples are taken
+image and platform (systrap), and the goals of issue 14: create at most 1.3x raw `runsc run`,
+exec at most the in-sandbox spawn floor (``floor.py``, measured in the same sandbox) + 3 ms. Also
+prints the host memory of an idle sandbox (PSS of all its host processes, PSS and USS) beside an
+idle raw runsc container (goal: under 10 MiB beyond it). Raw and corral samples are taken
 alternately, so load from elsewhere on the host weighs on both alike.
 
 What each clock covers:
@@ -20,7 +22,6 @@ What each clock covers:
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -29,49 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import BASE_ROOTFS, Figures, RawRunsc, private_daemon, report
+from _measure import goal_line, memory_kib_of, pids_matching, ratio_goal_line
+from floor import spawn_floor
 
 from corral import Sandbox
-
-
-def memory_kib_of(pids: list[int]) -> tuple[int, int]:
-    """(PSS, USS) summed over ``pids``. PSS shares runsc's common pages among every runsc
-    process on the host (it moves with what else runs); USS counts only pages private to one
-    process (the application memory that a sandbox's stub processes share is not in it)."""
-    pss = uss = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                key, _, rest = line.partition(":")
-                if key == "Pss":
-                    pss += int(rest.split()[0])
-                elif key in ("Private_Clean", "Private_Dirty"):
-                    uss += int(rest.split()[0])
-        except OSError:
-            continue
-    return pss, uss
-
-
-def pids_matching(token: str) -> list[int]:
-    """The processes whose command line names ``token`` and all their descendants: runsc's
-    systrap stub processes (``[exe]``) map the sandbox's application memory but do not name it."""
-    out = subprocess.run(["pgrep", "-f", token], capture_output=True, text=True).stdout
-    roots = {int(p) for p in out.split()}
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo.extend(children.get(pid, []))
-    return sorted(found)
 
 
 def main() -> None:
@@ -131,18 +93,25 @@ def main() -> None:
             raw_samples, corral_samples = interleaved(raw_exec_ms, corral_exec_ms, args.runs * 3)
             raw_exec = Figures("raw runsc exec: true", raw_samples)
             exec_rt = Figures("corral exec round trip: true", corral_samples)
+            floor = spawn_floor(sbx, max(50, args.runs * 5))
             time.sleep(1)
             raw_pss, raw_uss = memory_kib_of(pids_matching(cid))
             corral_pss, corral_uss = memory_kib_of(pids_matching(sbx.id))
             sbx.kill()
             raw.delete(cid)
         report([(created, raw_run), (exec_rt, raw_exec)])
+        print(f"{floor.name:44} {floor.p50:9.2f} {floor.p99:9.2f} {'(floor)':>10}")
         print()
         print(f"{'idle sandbox, host processes':44} {'PSS MiB':>9} {'USS MiB':>9}")
         print(f"{'raw runsc container (sleep)':44} {raw_pss / 1024:9.1f} {raw_uss / 1024:9.1f}")
         print(f"{'corral sandbox (agent)':44} {corral_pss / 1024:9.1f} {corral_uss / 1024:9.1f}")
         beyond_pss, beyond_uss = (corral_pss - raw_pss) / 1024, (corral_uss - raw_uss) / 1024
         print(f"{'corral beyond runsc own':44} {beyond_pss:9.1f} {beyond_uss:9.1f}")
+        print()
+        print(ratio_goal_line("cold create → first output", created.p50, raw_run.p50, 1.3, "raw"))
+        floor_plus = floor.p50 + 3
+        print(goal_line("exec round trip", exec_rt.p50, floor_plus, "ms", "spawn floor + 3 ms"))
+        print(goal_line("memory beyond runsc own (PSS)", beyond_pss, 10, "MiB", "issue 14"))
     finally:
         raw.close()
 

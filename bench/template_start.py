@@ -12,6 +12,9 @@ Rows (p50/p99 over the runs), from the create call until `echo hi`'s output arri
 - ready pool: a template with a pool; each run claims a ready sandbox (the bench waits, untimed,
   for the pool to refill between runs); beside raw `runsc run`.
 The build itself is timed once (not a latency row).
+
+Goals (issue 14): cold at most 1.3x raw `runsc run`, warm at most 1.3x raw `runsc restore`, ready
+pool at most the in-sandbox spawn floor (``floor.py``, measured in a pooled sandbox) + 5 ms.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import Figures, RawRunsc, private_daemon, report, timed_inner
+from _measure import goal_line, ratio_goal_line
+from floor import spawn_floor
 
 from corral import Client, Sandbox, Template
 
@@ -74,7 +79,7 @@ def main() -> None:
                 return (arrived[0] - started) * 1000
 
             cold = Figures(
-                "cold template (built, 2 layers): create → first output",
+                "cold template (2 layers): create → output",
                 timed_inner(lambda: first_output("bench-cold"), args.runs),
             )
             base = Figures(
@@ -109,11 +114,15 @@ def main() -> None:
                     "ready pool: create → first output",
                     timed_inner(pool_first_output, args.runs),
                 )
+                with Sandbox.create(template="bench-pool", **kw) as sbx:
+                    floor = spawn_floor(sbx, max(50, args.runs * 5))
         report([(cold, raw_run), (base, raw_run), (warm, raw_restore_figures), (pool, raw_run)])
-        print(
-            f"\ntargets: ready pool p50 under 30 ms (measured {pool.p50:.1f} ms); warm at most"
-            f" 1.3x raw restore (measured {warm.p50 / raw_restore_figures.p50:.2f}x)"
-        )
+        print(f"{floor.name:44} {floor.p50:9.2f} {floor.p99:9.2f} {'(floor)':>10}")
+        print()
+        print(ratio_goal_line("cold template", cold.p50, raw_run.p50, 1.3, "raw runsc run"))
+        print(ratio_goal_line("prebuilt base", base.p50, raw_run.p50, 1.3, "raw runsc run"))
+        print(ratio_goal_line("warm template", warm.p50, raw_restore_figures.p50, 1.3, "restore"))
+        print(goal_line("ready pool", pool.p50, floor.p50 + 5, "ms", "spawn floor + 5 ms"))
         print(f"\nbuilding bench-cold (base + RUN echo): {build_s:.2f} s")
     finally:
         raw.close()

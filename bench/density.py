@@ -1,0 +1,376 @@
+"""Density: many idle sandboxes of 64 MiB, and many parked ones, on one private daemon.
+
+    .venv/bin/python bench/density.py [--count 50] [--parked 0] [--memory-mib 64]
+
+``--count N`` running sandboxes (all idle: only their agent runs):
+- host CPU over an idle window: the whole host's from /proc/stat, before the sandboxes and with
+  all N of them (other load on a shared host counts there), and the sandboxes' own host processes
+  and the daemon's, from /proc/PID/stat (it does not);
+- host memory per sandbox: PSS and USS of every sandbox's host processes beside raw runsc
+  containers (`sleep`, same base image and platform) measured at the same moment;
+- exec round trip of `true` into EVERY sandbox at N (each must work) vs unloaded (the first
+  sandbox, timed before the others existed).
+``--parked M`` sandboxes, each created and parked at once (so only a few run at a time): park
+time, disk used per parked sandbox (blocks of the daemon's data dir, before vs after), and the
+wake time and a working exec for a sample of them.
+
+Goals (issue 14): 300 idle running sandboxes of 64 MiB on 2 cores and 24 GiB with exec under 3x
+its unloaded round trip; 2,000 parked; under 10 MiB per idle sandbox beyond runsc's own.
+
+It checks the host and the daemon's capacity before creating anything and stops with a clear
+message if they cannot hold N (or M). Everything it made is removed at the end, also on Ctrl-C,
+SIGTERM or failure. The daemon's CPU overcommit is raised to 64 so that capacity is bounded by
+memory, not vCPUs; each sandbox gets min(1, vCPUs / N) vCPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _harness import Figures, RawRunsc, private_daemon, signals_held, timed
+from _measure import (
+    cpu_jiffies,
+    goal_line,
+    host_cpu_busy,
+    mem_available_mib,
+    memory_kib_of,
+    process_cpu_s,
+    process_trees,
+)
+
+from corral import Client, Sandbox
+
+CONCURRENCY = 4  # creates (and kills) in flight at once, as the daemon forks
+MEMORY_SAMPLE = 10  # sandboxes whose host processes are measured
+WAKE_SAMPLE = 10  # parked sandboxes woken
+EST_IMAGE_MIB = 16  # a parked idle sandbox's memory image, a generous estimate for the check
+
+T = TypeVar("T")
+
+
+class CapacityError(Exception):
+    """The host or the daemon cannot hold what was asked."""
+
+
+def ms_of(fn: Callable[[], T]) -> tuple[T, float]:
+    started = time.perf_counter()
+    result = fn()
+    return result, (time.perf_counter() - started) * 1000
+
+
+def blocks_mib(root: Path) -> float:
+    """MiB of disk blocks allocated under ``root`` on its own filesystem (sparse files count
+    only what they hold; mounted sandbox disks are not crossed into, their image files count)."""
+    device = root.stat().st_dev
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if os.lstat(os.path.join(dirpath, d)).st_dev == device]
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total / (1024 * 1024)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the bench like Ctrl-C, so that its cleanup runs."""
+
+    def interrupt(_sig: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Fleet:
+    """The sandboxes this bench made, created and killed ``CONCURRENCY`` at a time. ``kill_all``
+    runs with Ctrl-C and SIGTERM held off, so an impatient second Ctrl-C cannot leave sandboxes
+    behind; it also kills any the daemon lists that a cut-short create left without a handle."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.live: dict[str, Sandbox] = {}
+
+    def spawn(self, count: int, make: Callable[[], Sandbox]) -> list[Sandbox]:
+        pool = ThreadPoolExecutor(CONCURRENCY)
+        futures: list[Future[Sandbox]] = [pool.submit(make) for _ in range(count)]
+        made: list[Sandbox] = []
+        try:
+            for future in futures:
+                sbx = future.result()
+                self.live[sbx.id] = sbx
+                made.append(sbx)
+        finally:
+            with signals_held():  # let the creates in flight end, to know every sandbox made
+                pool.shutdown(wait=True, cancel_futures=True)
+            for future in futures:  # those finished after a failure: still ours to kill
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    self.live.setdefault(future.result().id, future.result())
+        return made
+
+    def kill_all(self) -> None:
+        with signals_held():
+            with ThreadPoolExecutor(CONCURRENCY) as pool:
+                list(pool.map(self._kill, list(self.live.values())))
+            # Any the daemon has that we never got a handle for (a create cut short).
+            try:
+                left = [i for i in self.client.list_sandboxes() if i.state != "killed"]
+            except Exception as exc:
+                print(f"warning: listing the daemon's sandboxes: {exc}", file=sys.stderr)
+                left = []
+            for info in left:
+                self._kill(self.client.sandbox(info.id))
+
+    def _kill(self, sbx: Sandbox) -> None:
+        try:
+            sbx.kill()
+        except Exception as exc:
+            print(f"warning: killing sandbox {sbx.id}: {exc}", file=sys.stderr)
+        self.live.pop(sbx.id, None)
+
+
+def count_goal_line(what: str, held: int, goal: int, all_worked: bool) -> str:
+    """A goal of holding at least ``goal``: met only when this run held that many and all
+    worked; a smaller run says so instead of guessing."""
+    if held >= goal:
+        verdict = "met" if all_worked else "missed (some did not answer)"
+    elif all_worked:
+        verdict = f"not tested at this size (run with {goal} to test it)"
+    else:
+        verdict = "missed (some did not answer already at this size)"
+    return f"goal {what}: held {held}, issue 14 asks at least {goal}: {verdict}"
+
+
+def check_capacity(client: Client, args: argparse.Namespace, data_dir: Path) -> float:
+    """Raise CapacityError unless the host and the daemon can hold the run; the vCPUs each
+    running sandbox gets."""
+    problems = []
+    capacity = client.capacity()
+    running_mib = args.count * args.memory_mib
+    available = mem_available_mib()
+    if running_mib > available - 1024:
+        problems.append(
+            f"{args.count} sandboxes of {args.memory_mib} MiB need {running_mib} MiB, the host"
+            f" has {available} MiB available (less 1 GiB kept free)"
+        )
+    if running_mib > capacity.memory.free:
+        problems.append(
+            f"{args.count} x {args.memory_mib} MiB = {running_mib} MiB is over the daemon's free"
+            f" memory ({capacity.memory.free:.0f} MiB of {capacity.memory.total:.0f})"
+        )
+    running_disk = max(args.count, CONCURRENCY) * args.disk_mib
+    parked_disk = args.parked * (args.disk_mib + EST_IMAGE_MIB)
+    disk_needed = max(running_disk, parked_disk)
+    if disk_needed > capacity.disk.free:
+        problems.append(
+            f"the disks need {disk_needed} MiB reserved, the daemon has {capacity.disk.free:.0f}"
+            f" MiB of disk free"
+        )
+    host_free = shutil.disk_usage(data_dir).free // (1024 * 1024)
+    if args.parked * EST_IMAGE_MIB > host_free - 4096:
+        problems.append(
+            f"{args.parked} parked sandboxes may write {args.parked * EST_IMAGE_MIB} MiB, the host"
+            f" has {host_free} MiB free at {data_dir} (less 4 GiB kept free)"
+        )
+    if problems:
+        raise CapacityError("this host cannot hold the run: " + "; ".join(problems))
+    return min(1.0, capacity.cpu.free / max(1, args.count))
+
+
+def idle_window(fleet: Fleet, daemon_pid: int, seconds: float) -> tuple[float, float, float]:
+    """Over ``seconds`` of idling: (the host's busy share from /proc/stat, the cores the
+    sandboxes' host processes used, the cores the daemon used), the last two from /proc/PID/stat
+    so that other load on a shared host does not count."""
+    trees = process_trees(list(fleet.live))
+    pids = [pid for tree in trees.values() for pid in tree]
+    before = process_cpu_s([*pids, daemon_pid])
+    busy0, total0 = cpu_jiffies()
+    started = time.perf_counter()
+    time.sleep(seconds)
+    after = process_cpu_s([*pids, daemon_pid])
+    busy1, total1 = cpu_jiffies()
+    elapsed = time.perf_counter() - started
+    used = {pid: after[pid] - before[pid] for pid in after if pid in before}
+    daemon_cores = used.pop(daemon_pid, 0.0) / elapsed
+    return (busy1 - busy0) / max(1, total1 - total0), sum(used.values()) / elapsed, daemon_cores
+
+
+def running_density(
+    client: Client, fleet: Fleet, args: argparse.Namespace, cpu: float, daemon_pid: int
+) -> None:
+    n = args.count
+
+    def make() -> Sandbox:
+        return client.create_sandbox(memory_mib=args.memory_mib, disk_mib=args.disk_mib, cpu=cpu)
+
+    cores = os.cpu_count() or 1
+    print(f"running: {n} idle sandboxes of {args.memory_mib} MiB, {cpu:.2f} vCPU each")
+    host_before = host_cpu_busy(args.idle_window)
+    first = fleet.spawn(1, make)[0]
+    unloaded = Figures("exec round trip, 1 sandbox", timed(lambda: first.exec(["true"]), 20))
+    _, create_ms = ms_of(lambda: fleet.spawn(n - 1, make))
+    time.sleep(3)  # let the last ones settle (agents finish starting)
+    host_at_n, sandboxes_cores, daemon_cores = idle_window(fleet, daemon_pid, args.idle_window)
+
+    raw = RawRunsc()
+    raw_ids: list[str] = []
+    try:
+        raw_ids = [raw.start_idle() for _ in range(2)]
+        time.sleep(1)
+        trees = process_trees([*fleet.live, *raw_ids])
+        ours = [memory_kib_of(trees[sid]) for sid in fleet.live]
+        theirs = [memory_kib_of(trees[cid]) for cid in raw_ids]
+    finally:
+        for cid in raw_ids:
+            raw.delete(cid)
+        raw.close()
+
+    # Two passes over every sandbox: the first must work (its first exec also opens the SDK's
+    # connection to it, as the unloaded one was before its clock), the second is timed.
+    samples, failures = [], []
+    for timed_pass in (False, True):
+        for sbx in list(fleet.live.values()):
+            try:
+                result, took = ms_of(lambda: sbx.exec(["true"], timeout=30))  # noqa: B023
+                if result.exit_code != 0:
+                    failures.append(f"{sbx.id}: exit {result.exit_code}")
+                elif timed_pass:
+                    samples.append(took)
+            except Exception as exc:
+                failures.append(f"{sbx.id}: {exc}")
+    loaded = Figures(f"exec round trip, into each of {n}", samples)
+
+    def mean_mib(values: list[tuple[int, int]], i: int) -> float:
+        return sum(v[i] for v in values) / max(1, len(values)) / 1024
+
+    corral_pss, corral_uss = mean_mib(ours, 0), mean_mib(ours, 1)
+    raw_pss, raw_uss = mean_mib(theirs, 0), mean_mib(theirs, 1)
+    per_sandbox_core = sandboxes_cores * 100 / n
+    print(f"created {n - 1} more in {create_ms / 1000:.1f} s ({CONCURRENCY} at a time)")
+    print(f"{'measure':44} {'p50 ms':>9} {'p99 ms':>9} {'ratio p50':>10}")
+    print(f"{unloaded.name:44} {unloaded.p50:9.2f} {unloaded.p99:9.2f} {'(baseline)':>10}")
+    ratio = loaded.p50 / unloaded.p50 if loaded.samples_ms else float("nan")
+    if loaded.samples_ms:
+        print(f"{loaded.name:44} {loaded.p50:9.2f} {loaded.p99:9.2f} {ratio:9.2f}x")
+    print(f"exec into each sandbox, twice: {2 * n - len(failures)} of {2 * n} worked")
+    for failure in failures[:10]:
+        print(f"  failed: {failure}")
+    print()
+    print(f"host CPU over a {args.idle_window:.0f} s idle window ({cores} cores)")
+    print(
+        f"  whole host (/proc/stat), before the sandboxes: {host_before * 100:5.1f} % of all cores"
+    )
+    print(
+        f"  whole host (/proc/stat), with {n} idle sandboxes: {host_at_n * 100:5.1f} % of all cores"
+    )
+    print(f"  the {n} sandboxes' host processes: {sandboxes_cores * 100:.1f} % of one core")
+    print(f"  per idle sandbox: {per_sandbox_core:.2f} % of one core")
+    print(f"  the daemon: {daemon_cores * 100:.1f} % of one core")
+    print()
+    print(f"{'idle sandbox, host processes (mean)':44} {'PSS MiB':>9} {'USS MiB':>9}")
+    print(f"{'raw runsc container (sleep), 2':44} {raw_pss:9.1f} {raw_uss:9.1f}")
+    print(f"{f'corral sandbox (agent), all {n}':44} {corral_pss:9.1f} {corral_uss:9.1f}")
+    print(f"{'corral beyond runsc own':44} {corral_pss - raw_pss:9.1f} {corral_uss - raw_uss:9.1f}")
+    print()
+    print(count_goal_line("idle running sandboxes", n, 300, not failures))
+    print(
+        f"  at 300 (measured per sandbox x 300): about {per_sandbox_core * 300:.0f} % of one core"
+        f" while idle ({cores * 100} % available), {corral_pss * 300 / 1024:.1f} GiB PSS"
+    )
+    if loaded.samples_ms:
+        print(goal_line(f"exec at {n} vs unloaded", ratio, 3, "x", "issue 14"))
+    print(goal_line("memory beyond runsc own (PSS)", corral_pss - raw_pss, 10, "MiB", "issue 14"))
+    if failures:
+        print(f"goal exec into any of them working: {len(failures)} of {2 * n} failed: missed")
+
+
+def parked_density(client: Client, fleet: Fleet, args: argparse.Namespace, data_dir: Path) -> None:
+    m = args.parked
+    parks: list[float] = []
+
+    def make_parked() -> Sandbox:
+        sbx = client.create_sandbox(memory_mib=args.memory_mib, disk_mib=args.disk_mib)
+        time.sleep(0.5)  # let the agent settle, as an idle sandbox would be
+        parks.append(ms_of(sbx.park)[1])
+        return sbx
+
+    print(f"parked: {m} sandboxes of {args.memory_mib} MiB, each created and parked at once")
+    disk_before = blocks_mib(data_dir)
+    made, took = ms_of(lambda: fleet.spawn(m, make_parked))
+    disk_after = blocks_mib(data_dir)
+    images = [sbx.info().image_mib for sbx in made[: min(m, 50)]]
+    woken = random.sample(made, min(WAKE_SAMPLE, m))
+    wakes, failures = [], 0
+    for sbx in woken:
+        wakes.append(ms_of(sbx.wake)[1])
+        if sbx.exec(["true"], timeout=30).exit_code != 0:
+            failures += 1
+    park_fig, wake_fig = Figures("park (idle)", parks), Figures(f"wake (with {m} parked)", wakes)
+    print(f"created and parked {m} in {took / 1000:.1f} s ({CONCURRENCY} at a time)")
+    print(f"{'measure':44} {'p50 ms':>9} {'p99 ms':>9}")
+    for fig in (park_fig, wake_fig):
+        print(f"{fig.name:44} {fig.p50:9.2f} {fig.p99:9.2f}")
+    print(f"exec after wake: {len(woken) - failures} of {len(woken)} worked")
+    per_parked = (disk_after - disk_before) / m
+    print(f"disk used per parked sandbox (data dir blocks): {per_parked:.1f} MiB")
+    mean_image = sum(images) / max(1, len(images))
+    print(f"memory image per parked sandbox (the daemon's image_mib, mean): {mean_image:.1f} MiB")
+    print()
+    print(count_goal_line("parked sandboxes", m, 2000, failures == 0))
+    print(f"  2,000 parked would take about {per_parked * 2000 / 1024:.1f} GiB of disk")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=50, help="idle running sandboxes")
+    parser.add_argument("--parked", type=int, default=0, help="parked sandboxes (0: none)")
+    parser.add_argument("--memory-mib", type=int, default=64)
+    parser.add_argument("--disk-mib", type=int, default=32)
+    parser.add_argument("--idle-window", type=float, default=10.0, help="seconds")
+    args = parser.parse_args()
+    if args.count < 0 or args.parked < 0 or args.count + args.parked == 0:
+        parser.error("give --count N and/or --parked M (at least one above 0)")
+    with (
+        sigterm_as_interrupt(),
+        private_daemon({"CORRAL_CPU_OVERCOMMIT": "64"}) as daemon,
+        Client(daemon.url, daemon.key) as client,
+    ):
+        data_dir = daemon.data_dir / "data"
+        try:
+            cpu = check_capacity(client, args, data_dir)
+        except CapacityError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        fleet = Fleet(client)
+        try:
+            if args.count:
+                running_density(client, fleet, args, cpu, daemon.process.pid)
+                fleet.kill_all()
+            if args.parked:
+                if args.count:
+                    print()
+                parked_density(client, fleet, args, data_dir)
+        finally:
+            fleet.kill_all()
+
+
+if __name__ == "__main__":
+    main()
