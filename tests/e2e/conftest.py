@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,24 +139,45 @@ def leftover_namespaces(prefix: str) -> list[str]:
     return left
 
 
-@pytest.fixture(scope="session")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def clear_leftovers(prefix: str) -> list[str]:
+    """Remove what a stopped daemon left of its network; returns what there was (for an assert)."""
+    left = leftover_namespaces(prefix)
+    for name in left:
+        if name.startswith("nft:"):
+            subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
+        else:
+            subprocess.run(["ip", "netns", "del", name], check=False)
+    return left
+
+
+@contextmanager
+def running_daemon(
+    data_dir: Path,
+    prefix: str,
+    subnet: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[Daemon]:
+    """A test's private daemon: started, yielded, stopped with its sandboxes killed, and checked
+    to have left no namespace or nft table behind (removed either way)."""
     if not (IMAGES_DIR / "base" / "image.json").exists():
         raise RuntimeError(f"the base image is missing from {IMAGES_DIR}: run ./scripts/setup")
-    prefix = "ce" + secrets.token_hex(2)
-    data_dir = tmp_path_factory.mktemp("daemon") / "data"
-    daemon = start_daemon(data_dir, prefix)
+    daemon = start_daemon(data_dir, prefix, subnet=subnet, extra_env=extra_env)
     try:
         yield daemon
     finally:
         stop_daemon(daemon)
-        left = leftover_namespaces(prefix)
-        for name in left:
-            if name.startswith("nft:"):
-                subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
-            else:
-                subprocess.run(["ip", "netns", "del", name], check=False)
+        left = clear_leftovers(prefix)
         assert not left, f"namespaces left behind: {left}\n{daemon.log()[-4000:]}"
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    if not (IMAGES_DIR / "base" / "image.json").exists():
+        raise RuntimeError(f"the base image is missing from {IMAGES_DIR}: run ./scripts/setup")
+    with running_daemon(
+        tmp_path_factory.mktemp("daemon") / "data", "ce" + secrets.token_hex(2)
+    ) as d:
+        yield d
 
 
 @pytest.hookimpl(wrapper=True)

@@ -31,14 +31,7 @@ import pytest
 
 from corral import Client, Conflict
 from corral.agent import AGENT_PORT
-from tests.e2e.conftest import (
-    IMAGES_DIR,
-    Daemon,
-    free_subnet,
-    leftover_namespaces,
-    start_daemon,
-    stop_daemon,
-)
+from tests.e2e.conftest import Daemon, free_subnet, running_daemon
 
 pytestmark = pytest.mark.e2e
 
@@ -49,23 +42,11 @@ SUBNETS: dict[str, str] = {}  # the slot subnet of each test daemon, by its netw
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    if not (IMAGES_DIR / "base" / "image.json").exists():
-        raise RuntimeError(f"the base image is missing from {IMAGES_DIR}: run ./scripts/setup")
     prefix = "ca" + secrets.token_hex(2)
-    data_dir = tmp_path_factory.mktemp("agentauth") / "data"
     SUBNETS[prefix] = free_subnet()
-    daemon = start_daemon(data_dir, prefix, subnet=SUBNETS[prefix])
-    try:
+    data_dir = tmp_path_factory.mktemp("agentauth") / "data"
+    with running_daemon(data_dir, prefix, subnet=SUBNETS[prefix]) as daemon:
         yield daemon
-    finally:
-        stop_daemon(daemon)
-        left = leftover_namespaces(prefix)
-        for name in left:
-            if name.startswith("nft:"):
-                subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
-            else:
-                subprocess.run(["ip", "netns", "del", name], check=False)
-        assert not left, f"namespaces left behind: {left}\n{daemon.log()[-4000:]}"
 
 
 # -- helpers ---------------------------------------------------------------------------------------

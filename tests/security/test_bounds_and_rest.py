@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from corral.images.store import base_recipe
-from tests.e2e.conftest import IMAGES_DIR, Daemon, leftover_namespaces, start_daemon, stop_daemon
+from tests.e2e.conftest import IMAGES_DIR, Daemon, clear_leftovers, start_daemon, stop_daemon
 
 pytestmark = pytest.mark.e2e
 
@@ -92,12 +92,7 @@ def state() -> Iterator[dict[str, object]]:
     finally:
         if daemon is not None:
             stop_daemon(daemon)
-        left = leftover_namespaces(prefix)
-        for name in left:
-            if name.startswith("nft:"):
-                subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
-            else:
-                subprocess.run(["ip", "netns", "del", name], check=False)
+        left = clear_leftovers(prefix)
         shutil.rmtree(parent, ignore_errors=True)
         assert not left, f"namespaces left behind: {left}"
 

@@ -14,7 +14,6 @@ import io
 import json
 import secrets
 import shutil
-import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import (
-    IMAGES_DIR,
-    Daemon,
-    leftover_namespaces,
-    start_daemon,
-    stop_daemon,
-)
+from tests.e2e.conftest import Daemon, running_daemon
 from tests.e2e.images import write_docker_archive
 
 pytestmark = pytest.mark.e2e
@@ -55,22 +48,11 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, host: dict[str, Path]) -> Iterator[Daemon]:
-    if not (IMAGES_DIR / "base" / "image.json").exists():
-        raise RuntimeError(f"the base image is missing from {IMAGES_DIR}: run ./scripts/setup")
     prefix = "cs" + secrets.token_hex(2)
     data_dir = tmp_path_factory.mktemp("daemon-bctx") / "data"
-    daemon = start_daemon(data_dir, prefix, extra_env={"CORRAL_IMPORT_DIR": str(host["imports"])})
-    try:
+    env = {"CORRAL_IMPORT_DIR": str(host["imports"])}
+    with running_daemon(data_dir, prefix, extra_env=env) as daemon:
         yield daemon
-    finally:
-        stop_daemon(daemon)
-        left = leftover_namespaces(prefix)
-        for name in left:
-            if name.startswith("nft:"):
-                subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
-            else:
-                subprocess.run(["ip", "netns", "del", name], check=False)
-        assert not left, f"namespaces left behind: {left}"
 
 
 @pytest.fixture
