@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from corral.cli._state import client, parse_pairs
-from corral.sdk import ExecFailed, ProcessEvent
+from corral.sdk.errors import ExecFailed
+
+if TYPE_CHECKING:
+    from corral.sdk.models import ProcessEvent
 
 __all__ = ["EXIT_CANNOT_START", "EXIT_TIMED_OUT", "exec_command"]
 

@@ -25,7 +25,7 @@ from corral.cli import (
     workspace,
 )
 from corral.cli._state import CLIState
-from corral.sdk import AuthenticationError, CorralError
+from corral.sdk.errors import AuthenticationError, CorralError
 
 __all__ = ["app", "main"]
 
@@ -69,6 +69,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
 )
 
 
