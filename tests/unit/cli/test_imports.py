@@ -164,6 +164,9 @@ def test_exec_streams_and_exits_over_plain_http_without_httpx(tmp_path: Any, sta
     ]
     assert imported(modules, HEAVY + LOOP) == []
     assert daemon_modules(modules) == []
+    # Only the exec verb's module of the CLI is loaded, none of the other verbs'.
+    verbs = sorted(m for m in modules if m.startswith("corral.cli."))
+    assert verbs == ["corral.cli._state", "corral.cli.exec", "corral.cli.main"]
 
 
 def test_exec_errors_read_as_through_the_sdk(tmp_path: Any, stand_in: str) -> None:
