@@ -112,18 +112,24 @@ def _stream(
             if connection.sock is not None:
                 connection.sock.settimeout(None)  # output may be minutes apart
             if response.status >= 400:
-                raise error_from_response(response.status, _decode(response.read(MAX_ERROR_BODY)))
-            while collector.exit is None:
-                line = response.readline(MAX_LINE + 1)
-                if not line:
-                    raise ConnectionFailed.lost(url, "the exec stream ended before the exit")
-                if len(line) > MAX_LINE:
-                    raise ConnectionFailed.lost(url, f"an event line over {MAX_LINE} bytes")
-                if line.strip():
-                    collector.feed_sync(parse_event(json.loads(line)))
-            # The exit event ends the stream; nothing more is read (the connection closes).
-        except (OSError, http.client.HTTPException, ValueError) as exc:
+                raw = response.read(MAX_ERROR_BODY)
+        except (OSError, http.client.HTTPException) as exc:
             raise ConnectionFailed.lost(url, str(exc) or type(exc).__name__) from None
+        if response.status >= 400:
+            raise error_from_response(response.status, _decode(raw))
+        while collector.exit is None:
+            try:
+                line = response.readline(MAX_LINE + 1)
+            except (OSError, http.client.HTTPException) as exc:
+                raise ConnectionFailed.lost(url, str(exc) or type(exc).__name__) from None
+            if not line:
+                raise ConnectionFailed.lost(url, "the exec stream ended before the exit")
+            if len(line) > MAX_LINE:
+                raise ConnectionFailed.lost(url, f"an event line over {MAX_LINE} bytes")
+            if line.strip():
+                # Outside the try: the caller's hook failing (a closed stdout) is its own error.
+                collector.feed_sync(parse_event(json.loads(line)))
+        # The exit event ends the stream; nothing more is read (the connection closes).
     finally:
         connection.close()
 

@@ -106,6 +106,8 @@ class _StandIn(BaseHTTPRequestHandler):
         )
         if self.headers["Authorization"] != "Bearer k":
             return self._answer(401, {"code": "unauthorized", "message": "invalid API key"})
+        if self.path == "/v1/sandboxes/sb-3/exec":
+            return self._break_after_start()
         if self.path != "/v1/sandboxes/sb-1/exec":
             return self._answer(404, {"code": "not_found", "message": "sandbox sb-2 not found"})
         self.send_response(200)
@@ -122,6 +124,35 @@ class _StandIn(BaseHTTPRequestHandler):
             line = json.dumps(event).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
         self.wfile.write(b"0\r\n\r\n")
+
+    def _break_after_start(self) -> None:
+        """The stream breaks off after the start and some output, before the exit."""
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in (
+            {"seq": 0, "type": "start", "pid": 7},
+            {"seq": 1, "type": "stdout", "data": base64.b64encode(b"one\n").decode()},
+        ):
+            line = json.dumps(event).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+        self.wfile.flush()
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        """The process's events after the last one seen: the rest of its output and its exit."""
+        _StandIn.requests.append({"path": self.path, "auth": self.headers["Authorization"]})
+        if not self.path.startswith("/v1/sandboxes/sb-3/processes/7/events?after=1"):
+            return self._answer(404, {"code": "not_found", "message": "no such route"})
+        events = [
+            {"seq": 2, "type": "stdout", "data": base64.b64encode(b"two\n").decode()},
+            {"seq": 3, "type": "exit", "exit_code": 0},
+        ]
+        raw = b"".join(json.dumps(event).encode() + b"\n" for event in events)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
 
     def _answer(self, status: int, body: dict[str, str]) -> None:
         raw = json.dumps(body).encode()
@@ -183,3 +214,14 @@ def test_exec_errors_read_as_through_the_sdk(tmp_path: Any, stand_in: str) -> No
     assert refused.returncode == 1
     assert refused.stderr.startswith(f"error: cannot reach the corral daemon at {refused_url} (")
     assert "start it with `./scripts/serve` or `corral serve`" in refused.stderr
+
+
+def test_exec_stream_broken_after_start_is_followed_to_its_exit(
+    tmp_path: Any, stand_in: str
+) -> None:
+    done, _ = run_corral(tmp_path, "exec", "sb-3", "--", "true", env=_env(stand_in))
+    assert (done.stdout, done.returncode) == ("one\ntwo\n", 0), done.stderr
+    assert [r["path"].partition("?")[0] for r in _StandIn.requests] == [
+        "/v1/sandboxes/sb-3/exec",
+        "/v1/sandboxes/sb-3/processes/7/events",
+    ]
