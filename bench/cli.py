@@ -6,6 +6,8 @@ Times `corral --help`, `corral exec --help` and `corral exec ID -- true` (agains
 daemon, see `_harness.private_daemon`) as whole processes, from spawn to exit, beside the
 interpreter doing nothing (`python -c pass`, the floor of any Python command). The commands run
 in turn, one sample of each per round, so load from elsewhere on the host weighs on all alike.
+The round trip of the same exec from inside one process (the SDK, already imported and
+connected) is printed too: what `corral exec` adds to it is the CLI's own cost.
 Goals (issue 14): `corral --help` under 100 ms, `corral exec ID -- true` under 150 ms.
 """
 
@@ -52,17 +54,24 @@ def main() -> None:
                     "corral exec ID -- true": [CORRAL, "exec", sandbox.id, "--", "true"],
                 }
                 samples: dict[str, list[float]] = {name: [] for name in commands}
+                in_process: list[float] = []
                 for _ in range(2):  # warm-up: page cache, the sandbox's first exec
                     for argv in commands.values():
                         spawn_ms(argv, env)
                 for _ in range(args.runs):
                     for name, argv in commands.items():
                         samples[name].append(spawn_ms(argv, env))
+                    started = time.perf_counter()
+                    sandbox.exec(["true"])
+                    in_process.append((time.perf_counter() - started) * 1000)
             finally:
                 sandbox.kill()
     baseline = Figures("python -c pass", samples.pop("python -c pass"))
     figures = {name: Figures(name, values) for name, values in samples.items()}
-    report([(fig, baseline) for fig in figures.values()])
+    round_trip = Figures("exec ID -- true, in process (SDK)", in_process)
+    report([(fig, baseline) for fig in figures.values()] + [(round_trip, None)])
+    cli_cost = figures["corral exec ID -- true"].p50 - round_trip.p50
+    print(f"\ncorral exec's own cost (p50 minus the in-process round trip): {cli_cost:.1f} ms")
     print()
     for name, goal in GOALS_MS.items():
         p50 = figures[name].p50
