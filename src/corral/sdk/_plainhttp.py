@@ -106,11 +106,13 @@ def _stream(
             connection.connect()
         except (OSError, http.client.HTTPException) as exc:
             raise ConnectionFailed.unreachable(url, str(exc) or type(exc).__name__) from None
+        if connection.sock is not None:
+            # Only the connect is bounded, as on the httpx path: the answer may wait for the
+            # sandbox (a wake, a busy host) and output may be minutes apart.
+            connection.sock.settimeout(None)
         try:
             connection.request("POST", parts.path.rstrip("/") + path, payload, headers)
             response = connection.getresponse()
-            if connection.sock is not None:
-                connection.sock.settimeout(None)  # output may be minutes apart
             if response.status >= 400:
                 raw = response.read(MAX_ERROR_BODY)
         except (OSError, http.client.HTTPException) as exc:
