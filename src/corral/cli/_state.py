@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import typer
 
-from corral.sdk import Client
+if TYPE_CHECKING:
+    import httpx
+
+    from corral.sdk import Client
 
 __all__ = ["CLIState", "client", "parse_pairs", "print_json", "state"]
 
@@ -29,6 +31,8 @@ class CLIState:
 
     def client(self) -> Client:
         if self._client is None:
+            from corral.sdk import Client
+
             self._client = Client(self.url, self.api_key, transport=self.transport)
         return self._client
 

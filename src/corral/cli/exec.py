@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from corral.cli._state import client, parse_pairs
-from corral.sdk import ExecFailed, ProcessEvent
+from corral.cli._state import client, parse_pairs, state
+from corral.sdk.errors import ExecFailed
+
+if TYPE_CHECKING:
+    from corral.sdk.models import ProcessEvent
 
 __all__ = ["EXIT_CANNOT_START", "EXIT_TIMED_OUT", "exec_command"]
 
@@ -42,19 +47,36 @@ def exec_command(
 
     cmd: str | list[str] = command[0] if _is_shell_line(command) else command
     try:
-        result = (
-            client(ctx)
-            .sandbox(sandbox_id)
-            .exec(
+        if stdin:
+            result = (
+                client(ctx)
+                .sandbox(sandbox_id)
+                .exec(
+                    cmd,
+                    env=parse_pairs(env, "--env"),
+                    cwd=cwd,
+                    user=user,
+                    timeout=timeout,
+                    stdin=typer.get_binary_stream("stdin"),
+                    on_event=relay,
+                )
+            )
+        else:  # the common case: no httpx, asyncio or loop thread for a plain-http daemon
+            from corral.sdk._plainhttp import run_exec
+
+            options = state(ctx)
+            result = run_exec(
+                sandbox_id,
                 cmd,
+                url=options.url,
+                api_key=options.api_key,
                 env=parse_pairs(env, "--env"),
                 cwd=cwd,
                 user=user,
                 timeout=timeout,
-                stdin=typer.get_binary_stream("stdin") if stdin else None,
                 on_event=relay,
+                transport=options.transport,
             )
-        )
     except ExecFailed as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_CANNOT_START) from None

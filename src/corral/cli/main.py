@@ -2,37 +2,78 @@
 
 Every failure a user can cause ends as one line on stderr, `error: <message>`, and exit
 status 1 (2 for usage errors, as click does); set CORRAL_DEBUG=1 to see tracebacks instead.
+
+A verb's module is imported when that verb runs (or when the root's help lists it), so
+`corral exec` pays for nothing of `corral template`: add a verb with one line in `VERBS`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
 import typer
+import typer.main
 from typer.core import TyperGroup
 
-from corral.cli import (
-    e2b,
-    files,
-    lifecycle,
-    sandboxes,
-    serve,
-    snapshots,
-    templates,
-    transfer,
-    trust,
-    workspace,
-)
-from corral.cli import exec as exec_verb
 from corral.cli._state import CLIState
-from corral.sdk import AuthenticationError, CorralError
+from corral.sdk.errors import AuthenticationError, CorralError
 
-__all__ = ["app", "main"]
+__all__ = ["VERBS", "app", "main"]
+
+# name -> "module:attribute", a command function or a Typer group; help lists them in this order.
+VERBS: dict[str, str] = {
+    "serve": "corral.cli.serve:serve",
+    "new": "corral.cli.sandboxes:new",
+    "ls": "corral.cli.sandboxes:list_sandboxes",
+    "info": "corral.cli.sandboxes:info",
+    "kill": "corral.cli.sandboxes:kill",
+    "exec": "corral.cli.exec:exec_command",
+    "park": "corral.cli.lifecycle:park",
+    "wake": "corral.cli.lifecycle:wake",
+    "fork": "corral.cli.lifecycle:fork",
+    "export": "corral.cli.transfer:export",
+    "import": "corral.cli.transfer:import_file",
+    "capacity": "corral.cli.workspace:capacity",
+    "mcp": "corral.cli.serve:mcp",
+    "files": "corral.cli.files:app",
+    "snapshot": "corral.cli.snapshots:app",
+    "trust": "corral.cli.trust:app",
+    "template": "corral.cli.templates:templates_app",
+    "e2b": "corral.cli.e2b:app",
+}
+# Click settings of a command verb, where it needs any.
+_SETTINGS: dict[str, dict[str, Any]] = {
+    "exec": {"context_settings": {"ignore_unknown_options": True}},
+}
+
+
+def _load(name: str) -> Any:
+    """Build the click command of verb `name` from its Typer definition."""
+    module, _, attribute = VERBS[name].partition(":")
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        target.rich_markup_mode = None  # click's plain help, as the root's: rich is not loaded
+        group = typer.main.get_group(target)
+        group.name = name
+        return group
+    single = typer.Typer(add_completion=False, rich_markup_mode=None)
+    single.command(name, **_SETTINGS.get(name, {}))(target)
+    return typer.main.get_command(single)
 
 
 class _ReportingGroup(TyperGroup):
-    """Turns exceptions from any verb (subgroups included) into one `error:` line."""
+    """The verb table, loaded verb by verb; turns exceptions from any verb (subgroups included)
+    into one `error:` line."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*VERBS, *(name for name in super().list_commands(ctx) if name not in VERBS)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in VERBS:
+            self.commands[cmd_name] = _load(cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -70,6 +111,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
 )
 
 
@@ -87,26 +129,6 @@ def _global_options(
     options.url = url or options.url
     options.api_key = api_key or options.api_key
     ctx.call_on_close(options.close)
-
-
-app.command("serve")(serve.serve)
-app.command("new")(sandboxes.new)
-app.command("ls")(sandboxes.list_sandboxes)
-app.command("info")(sandboxes.info)
-app.command("kill")(sandboxes.kill)
-app.command("exec", context_settings={"ignore_unknown_options": True})(exec_verb.exec_command)
-app.add_typer(files.app, name="files")
-app.command("park")(lifecycle.park)
-app.command("wake")(lifecycle.wake)
-app.command("fork")(lifecycle.fork)
-app.add_typer(snapshots.app, name="snapshot")
-app.command("export")(transfer.export)
-app.command("import")(transfer.import_file)
-app.add_typer(trust.app, name="trust")
-app.command("capacity")(workspace.capacity)
-app.add_typer(templates.templates_app, name="template")
-app.command("mcp")(serve.mcp)
-app.add_typer(e2b.app, name="e2b")
 
 
 def main() -> None:

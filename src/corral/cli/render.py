@@ -1,15 +1,19 @@
-"""Human output: Rich tables for listings, plain lines for single objects."""
+"""Human output: Rich tables for listings, plain lines for single objects.
+
+Rich is imported when a table is printed, not with this module (verbs import it at start).
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
-from corral.sdk import Capacity, FileInfo, SandboxInfo, SnapshotInfo, TemplateInfo
+    from corral.sdk import Capacity, FileInfo, SandboxInfo, SnapshotInfo, TemplateInfo
 
 __all__ = [
     "age",
@@ -25,10 +29,15 @@ __all__ = [
 
 def _console() -> Console:
     # Built per call so it writes to the sys.stdout of the moment (tests swap it).
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=True)
 
 
 def _table(*columns: str) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for column in columns:
         table.add_column(column, no_wrap=True)

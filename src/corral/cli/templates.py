@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from corral.cli._state import client, parse_pairs, print_json
-from corral.sdk.templates import BuildEvent, Template
+
+if TYPE_CHECKING:
+    from corral.sdk.templates import BuildEvent
 
 __all__ = ["templates_app"]
 
@@ -80,6 +83,8 @@ def create_template(
     then --user (the default user of the template's sandboxes). A --dockerfile's steps come
     first, in its own order. Local paths (the Dockerfile's dir, --copy sources, --from
     docker-archive:PATH / oci:PATH) are packed and uploaded: the daemon reads none of its own."""
+    from corral.sdk.templates import Template
+
     spec = Template()
     if dockerfile is not None:
         spec.from_dockerfile(dockerfile)
@@ -194,6 +199,7 @@ def remove_template(ctx: typer.Context, name: str = typer.Argument(..., metavar=
 def template_logs(ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME")) -> None:
     """Print the output of the template's last build."""
     from corral.sdk._portal import portal
+    from corral.sdk.templates import BuildEvent
 
     inner = client(ctx)._async
     for raw in portal().iterate(inner.template_logs(name)):

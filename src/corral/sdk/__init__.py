@@ -2,46 +2,116 @@
 
 The async core (`AsyncClient`, `AsyncSandbox`) is the implementation; `Client` and `Sandbox`
 run it on a private event loop for synchronous callers. Nothing here imports daemon code.
+
+The names below are loaded on first use (PEP 562), so `from corral.sdk import CorralError`
+imports the error classes only, not httpx or the event loop.
 """
 
-from corral.sdk.client import AsyncClient
-from corral.sdk.errors import (
-    APIError,
-    AuthenticationError,
-    CapacityError,
-    ConfigurationError,
-    Conflict,
-    ConnectionFailed,
-    CorralError,
-    ExecFailed,
-    InvalidRequest,
-    NoSpace,
-    NotFound,
-    PermissionDenied,
-    SandboxUnavailable,
-    Timeout,
-    TooLarge,
-    UntrustedExport,
-)
-from corral.sdk.files import AsyncFiles
-from corral.sdk.models import (
-    Capacity,
-    ExecResult,
-    FileInfo,
-    ImportResult,
-    ProcessEvent,
-    ProcessInfo,
-    ResourceUsage,
-    SandboxInfo,
-    SandboxOptions,
-    SnapshotInfo,
-    TemplateInfo,
-    WriteResult,
-)
-from corral.sdk.process import AsyncProcess
-from corral.sdk.sandbox import AsyncSandbox
-from corral.sdk.sync import Client, Files, Process, Sandbox
-from corral.sdk.templates import AsyncTemplate, BuildError, BuildEvent, Template
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from corral.sdk.client import (
+        AsyncClient,
+    )
+    from corral.sdk.errors import (
+        APIError,
+        AuthenticationError,
+        CapacityError,
+        ConfigurationError,
+        Conflict,
+        ConnectionFailed,
+        CorralError,
+        ExecFailed,
+        InvalidRequest,
+        NoSpace,
+        NotFound,
+        PermissionDenied,
+        SandboxUnavailable,
+        Timeout,
+        TooLarge,
+        UntrustedExport,
+    )
+    from corral.sdk.files import (
+        AsyncFiles,
+    )
+    from corral.sdk.models import (
+        Capacity,
+        ExecResult,
+        FileInfo,
+        ImportResult,
+        ProcessEvent,
+        ProcessInfo,
+        ResourceUsage,
+        SandboxInfo,
+        SandboxOptions,
+        SnapshotInfo,
+        TemplateInfo,
+        WriteResult,
+    )
+    from corral.sdk.process import (
+        AsyncProcess,
+    )
+    from corral.sdk.sandbox import (
+        AsyncSandbox,
+    )
+    from corral.sdk.sync import (
+        Client,
+        Files,
+        Process,
+        Sandbox,
+    )
+    from corral.sdk.templates import (
+        AsyncTemplate,
+        BuildError,
+        BuildEvent,
+        Template,
+    )
+
+_EXPORTS = {
+    "APIError": "corral.sdk.errors",
+    "AsyncClient": "corral.sdk.client",
+    "AsyncFiles": "corral.sdk.files",
+    "AsyncProcess": "corral.sdk.process",
+    "AsyncSandbox": "corral.sdk.sandbox",
+    "AsyncTemplate": "corral.sdk.templates",
+    "AuthenticationError": "corral.sdk.errors",
+    "BuildError": "corral.sdk.templates",
+    "BuildEvent": "corral.sdk.templates",
+    "Capacity": "corral.sdk.models",
+    "CapacityError": "corral.sdk.errors",
+    "Client": "corral.sdk.sync",
+    "ConfigurationError": "corral.sdk.errors",
+    "Conflict": "corral.sdk.errors",
+    "ConnectionFailed": "corral.sdk.errors",
+    "CorralError": "corral.sdk.errors",
+    "ExecFailed": "corral.sdk.errors",
+    "ExecResult": "corral.sdk.models",
+    "FileInfo": "corral.sdk.models",
+    "Files": "corral.sdk.sync",
+    "ImportResult": "corral.sdk.models",
+    "InvalidRequest": "corral.sdk.errors",
+    "NoSpace": "corral.sdk.errors",
+    "NotFound": "corral.sdk.errors",
+    "PermissionDenied": "corral.sdk.errors",
+    "Process": "corral.sdk.sync",
+    "ProcessEvent": "corral.sdk.models",
+    "ProcessInfo": "corral.sdk.models",
+    "ResourceUsage": "corral.sdk.models",
+    "Sandbox": "corral.sdk.sync",
+    "SandboxInfo": "corral.sdk.models",
+    "SandboxOptions": "corral.sdk.models",
+    "SandboxUnavailable": "corral.sdk.errors",
+    "SnapshotInfo": "corral.sdk.models",
+    "Template": "corral.sdk.templates",
+    "TemplateInfo": "corral.sdk.models",
+    "Timeout": "corral.sdk.errors",
+    "TooLarge": "corral.sdk.errors",
+    "UntrustedExport": "corral.sdk.errors",
+    "WriteResult": "corral.sdk.models",
+}
 
 __all__ = [
     "APIError",
@@ -85,3 +155,16 @@ __all__ = [
     "UntrustedExport",
     "WriteResult",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -6,7 +6,6 @@ exceptions, and it turns them into `corral.sdk.errors` at this boundary.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from urllib.parse import quote_from_bytes
 
 import httpx
 
+from corral.sdk._exec_wire import parse_event
 from corral.sdk.errors import ConnectionFailed, error_from_response
 from corral.sdk.models import ProcessEvent
 
@@ -185,34 +185,11 @@ class HTTPSession:
 
     def _unreachable(self, exc: httpx.TransportError) -> ConnectionFailed:
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            return ConnectionFailed(
-                f"cannot reach the corral daemon at {self.url} ({exc or type(exc).__name__}); "
-                "start it with `./scripts/serve` or `corral serve`, "
-                "or point CORRAL_URL / --url at it",
-                url=self.url,
-            )
+            return ConnectionFailed.unreachable(self.url, str(exc) or type(exc).__name__)
         return self._broken(exc)
 
     def _broken(self, exc: httpx.TransportError) -> ConnectionFailed:
-        reason = str(exc) or type(exc).__name__
-        return ConnectionFailed(
-            f"lost the connection to the corral daemon at {self.url}: {reason}", url=self.url
-        )
-
-
-def parse_event(raw: Mapping[str, Any]) -> ProcessEvent:
-    """One NDJSON line of a process's event stream (output data is base64 on the wire)."""
-    data = raw.get("data")
-    return ProcessEvent(
-        seq=int(raw.get("seq", -1)),
-        type=str(raw.get("type", "")),
-        data=base64.b64decode(data) if data else b"",
-        pid=raw.get("pid"),
-        exit_code=raw.get("exit_code"),
-        signal=raw.get("signal"),
-        timed_out=bool(raw.get("timed_out", False)),
-        dropped_bytes=int(raw.get("dropped_bytes", 0) or 0),
-    )
+        return ConnectionFailed.lost(self.url, str(exc) or type(exc).__name__)
 
 
 def _decode_body(response: httpx.Response) -> Any:

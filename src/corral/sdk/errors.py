@@ -70,6 +70,21 @@ class ConnectionFailed(CorralError):
         super().__init__(message)
         self.url = url
 
+    @classmethod
+    def unreachable(cls, url: str, reason: str) -> ConnectionFailed:
+        """The daemon did not take the connection (every transport says it the same way)."""
+        return cls(
+            f"cannot reach the corral daemon at {url} ({reason}); "
+            "start it with `./scripts/serve` or `corral serve`, "
+            "or point CORRAL_URL / --url at it",
+            url=url,
+        )
+
+    @classmethod
+    def lost(cls, url: str, reason: str) -> ConnectionFailed:
+        """The connection broke off after it was made."""
+        return cls(f"lost the connection to the corral daemon at {url}: {reason}", url=url)
+
 
 class APIError(CorralError):
     """The daemon answered with an error status.

@@ -8,14 +8,13 @@ consecutive failures without progress, so a long command survives several daemon
 
 from __future__ import annotations
 
-import codecs
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from corral.sdk._content import UploadData, iter_chunks
+from corral.sdk._exec_wire import EventCallback, OutputCallback, OutputCollector
 from corral.sdk._http import HTTPSession
 from corral.sdk.errors import ConnectionFailed, CorralError, SandboxUnavailable
 from corral.sdk.models import ExecResult, ProcessEvent, ProcessInfo
@@ -33,85 +32,10 @@ __all__ = [
     "stream_exec",
 ]
 
-OutputCallback = Callable[[str], Awaitable[Any] | Any]
-EventCallback = Callable[[ProcessEvent], Awaitable[Any] | Any]
 
 RECONNECT_ATTEMPTS = 5
 _BACKOFF_SECONDS = (0.1, 0.3, 0.6, 1.0, 2.0)
 STDIN_CHUNK_SIZE = 64 * 1024
-
-
-async def _maybe_await(value: Any) -> None:
-    if inspect.isawaitable(value):
-        await value
-
-
-class OutputCollector:
-    """Accumulates a process's events into an `ExecResult`, calling the caller's hooks.
-
-    Text hooks get UTF-8 decoded chunks; a character split across two chunks is held back until
-    it is complete. Events already seen (by `seq`) are ignored, which makes replays harmless.
-    """
-
-    def __init__(
-        self,
-        on_stdout: OutputCallback | None = None,
-        on_stderr: OutputCallback | None = None,
-        on_event: EventCallback | None = None,
-    ) -> None:
-        self._hooks = {"stdout": on_stdout, "stderr": on_stderr}
-        self._on_event = on_event
-        self._buffers = {"stdout": bytearray(), "stderr": bytearray()}
-        self._decoders = {
-            name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in self._hooks
-        }
-        self.pid: int | None = None
-        self.last_seq = -1
-        self.dropped_bytes = 0
-        self.exit: ProcessEvent | None = None
-
-    async def feed(self, event: ProcessEvent) -> None:
-        if event.seq <= self.last_seq:
-            return
-        self.last_seq = event.seq
-        if event.type == "start" and event.pid is not None:
-            self.pid = event.pid
-        elif event.type in self._buffers:
-            self._buffers[event.type] += event.data
-            hook = self._hooks[event.type]
-            if hook is not None:
-                text = self._decoders[event.type].decode(event.data)
-                if text:
-                    await _maybe_await(hook(text))
-        elif event.type == "truncated":
-            self.dropped_bytes += event.dropped_bytes
-        elif event.type == "exit":
-            self.exit = event
-            for name, hook in self._hooks.items():
-                tail = self._decoders[name].decode(b"", final=True)
-                if hook is not None and tail:
-                    await _maybe_await(hook(tail))
-        if self._on_event is not None:
-            await _maybe_await(self._on_event(event))
-
-    def result(self) -> ExecResult:
-        if self.exit is None:
-            raise ConnectionFailed("the process's event stream ended before its exit", url="")
-        exit_code = self.exit.exit_code
-        if exit_code is None:
-            exit_code = 128 + self.exit.signal if self.exit.signal is not None else -1
-        out, err = bytes(self._buffers["stdout"]), bytes(self._buffers["stderr"])
-        return ExecResult(
-            exit_code=exit_code,
-            stdout=out.decode("utf-8", errors="replace"),
-            stderr=err.decode("utf-8", errors="replace"),
-            stdout_bytes=out,
-            stderr_bytes=err,
-            pid=self.pid if self.pid is not None else -1,
-            timed_out=self.exit.timed_out,
-            signal=self.exit.signal,
-            dropped_bytes=self.dropped_bytes,
-        )
 
 
 async def follow_events(

@@ -18,6 +18,7 @@ import httpx
 from typing_extensions import Unpack
 
 from corral.sdk._content import UploadData
+from corral.sdk._exec_wire import build_exec_body
 from corral.sdk._transfer import Destination, download
 from corral.sdk.errors import ConnectionFailed, CorralError, NotFound
 from corral.sdk.files import AsyncFiles
@@ -41,39 +42,6 @@ if TYPE_CHECKING:
     from corral.sdk.client import AsyncClient
 
 __all__ = ["AsyncSandbox", "build_exec_body"]
-
-
-def build_exec_body(
-    cmd: str | Sequence[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
-    user: str | None = None,
-    timeout: float | None = None,
-    stdin: bool = False,
-    background: bool = False,
-    tag: str | None = None,
-) -> dict[str, Any]:
-    """The ExecRequest body: a str runs through /bin/sh -c, a sequence is the argv."""
-    body: dict[str, Any] = {}
-    if isinstance(cmd, str):
-        if not cmd.strip():
-            raise ValueError("empty command")
-        body["shell"] = cmd
-    else:
-        argv = [str(arg) for arg in cmd]
-        if not argv:
-            raise ValueError("empty command")
-        body["cmd"] = argv
-    if env:
-        body["env"] = dict(env)
-    optional = {"cwd": cwd, "user": user, "timeout": timeout, "tag": tag}
-    body.update({key: value for key, value in optional.items() if value is not None})
-    if stdin:
-        body["stdin"] = True
-    if background:
-        body["background"] = True
-    return body
 
 
 class _Opening:
