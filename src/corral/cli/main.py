@@ -107,6 +107,7 @@ app.command("capacity")(workspace.capacity)
 app.add_typer(templates.templates_app, name="template")
 app.command("mcp")(serve.mcp)
 app.add_typer(e2b.app, name="e2b")
+app.command("shell")(__import__("corral.cli.shell").cli.shell.shell)  # corral shell ID
 
 
 def main() -> None:
