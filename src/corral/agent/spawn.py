@@ -161,14 +161,6 @@ def popen_child(
     return Child(popen.pid, popen.stdin, popen.stdout, popen.stderr, popen)
 
 
-def _set_controlling_tty() -> None:
-    # Runs in the child after setsid (Popen's start_new_session): fd 0 is the pty's slave.
-    import fcntl
-    import termios
-
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
 def set_window_size(fd: int, rows: int, cols: int) -> None:
     """Set a terminal's size (``TIOCSWINSZ``); the kernel sends SIGWINCH to its foreground group."""
     import fcntl
@@ -193,7 +185,16 @@ def pty_child(
     it (through the line discipline, so ``\\x03`` interrupts the foreground group) and ``stdout``
     reads from it; ``stderr`` is None (it is the same terminal).
     """
+    import fcntl
     import subprocess
+    import termios
+
+    ioctl, set_ctty = fcntl.ioctl, termios.TIOCSCTTY
+
+    def controlling_tty() -> None:
+        # In the child, after setsid (start_new_session), where fd 0 is the slave. It imports
+        # nothing: an import in a child forked from a threaded process could deadlock.
+        ioctl(0, set_ctty, 0)
 
     subprocess._active = None  # type: ignore[attr-defined]  # only the reaper waits
     master, slave = os.openpty()  # both close-on-exec
@@ -208,7 +209,7 @@ def pty_child(
             cwd=cwd,
             env=env,
             start_new_session=True,
-            preexec_fn=_set_controlling_tty,
+            preexec_fn=controlling_tty,
             **user_args,
         )
     except subprocess.SubprocessError as exc:

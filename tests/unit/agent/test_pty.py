@@ -147,3 +147,11 @@ async def test_pty_sizes_are_bounded_and_resize_needs_a_pty(agent: LocalAgent) -
         await agent.client.resize(pid, 24, 80)
     assert no_pty.value.code == "conflict"
     await agent.client.signal(pid, "SIGKILL")
+
+
+async def test_terminal_as_another_user_in_another_directory(agent: LocalAgent) -> None:
+    term = await start(agent, shell="id -u; pwd; tty", user="nobody", cwd="/tmp")
+    assert (await term.wait_exit())["exit_code"] == 0
+    lines = term.output.decode().splitlines()
+    assert lines[:2] == ["65534", "/tmp"]
+    assert re.fullmatch(r"/dev/pts/\d+", lines[2])
