@@ -102,19 +102,19 @@ async def test_shell_takes_input_resize_and_ctrl_c_and_can_be_reattached(
 ) -> None:
     term = await start(agent, cmd=["/bin/sh"], env={"PS1": "$ "})
     await term.client.send_stdin(term.pid, b"echo $((6*7))\n")
-    await term.expect(rb"\n42\r?\n")
+    await term.expect(rb"42\r\n")
 
     await term.client.resize(term.pid, 50, 132)
     await term.client.send_stdin(term.pid, b"stty size\n")
     await term.expect(rb"50 132")
 
     await term.client.send_stdin(term.pid, b"echo sleeping; sleep 100; echo after-sleep\n")
-    await term.expect(rb"\nsleeping\r\n")
+    await term.expect(rb"sleeping\r\n")
     await foreground_child(term.pid, "sleep")
     await term.client.send_stdin(term.pid, b"\x03")  # through the line discipline: SIGINT
     await term.client.send_stdin(term.pid, b"echo alive $((1+1))\n")
-    await term.expect(rb"\nalive 2", timeout=10)  # well before the sleep's 100 s
-    assert b"\nafter-sleep" not in term.output
+    await term.expect(rb"alive 2\r\n", timeout=10)  # well before the sleep's 100 s
+    assert term.output.count(b"after-sleep\r\n") == 1  # only the typed line's echo
     listed = {p["pid"]: p for p in await agent.client.list_processes()}
     assert listed[term.pid]["running"] is True
 
