@@ -61,7 +61,9 @@ def shell(
     ).start()
     try:
         for data in pty:
-            os.write(stdout_fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(stdout_fd, view) :]
     finally:
         done.set()
         resized.set()
