@@ -13,7 +13,7 @@ agent through ``corral.runtime.agent_client``.
     routes.py     the protocol's routes onto processes and files; event streams
     processes.py  the process table: spawning, the reaper, pipe readers, timeouts, signals
     process.py    one process: its event log, followers and exit
-    spawn.py      starting a child (posix_spawn, else subprocess)
+    spawn.py      starting a child (posix_spawn, else subprocess; PTY children by fork)
     files.py      paths, file operations, streamed downloads and uploads
     jsonio.py     JSON by json's C accelerator
     errors.py     ApiError and errno translation

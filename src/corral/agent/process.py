@@ -68,6 +68,7 @@ class Process:
         self.signal: int | None = None
         self.timed_out = False
         self.exit_seq: int | None = None
+        self.winsize: tuple[int, int] | None = None  # (rows, cols) of a PTY process's terminal
 
     # -- producers ---------------------------------------------------------------------------
 
@@ -272,7 +273,7 @@ class Process:
 
     def describe(self) -> dict[str, Any]:
         with self.cond:
-            return {
+            described: dict[str, Any] = {
                 "pid": self.pid,
                 "cmd": self.cmd,
                 "tag": self.tag,
@@ -282,6 +283,10 @@ class Process:
                 "started_at": self.started_at,
                 "ended_at": self.ended_at,
             }
+            if self.winsize is not None:
+                described["pty"] = True
+                described["rows"], described["cols"] = self.winsize
+            return described
 
 
 _follower_ids = itertools.count(1)

@@ -31,7 +31,7 @@ from .files import resolve_path
 from .jsonio import json_dumps
 from .oom import MIB, OomKiller
 from .process import Process
-from .spawn import popen_child, spawn_child
+from .spawn import popen_child, pty_child, set_window_size, spawn_child
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,6 +50,25 @@ MAX_PROCESSES = 1024  # processes tracked at once, running or finished and not y
 MAX_TAG_BYTES = 4096  # a process's tag, as JSON
 MAX_CMD_BYTES = 256 * 1024  # a process's argv (or shell string), as JSON
 MAX_TABLE_BYTES = 8 * 1024 * 1024  # tags and argvs of all tracked processes together, as JSON
+MAX_PTY_SIDE = 4096  # rows or columns of a pseudo-terminal
+
+
+def parse_winsize(value: object) -> tuple[int, int]:
+    """``{"rows": R, "cols": C}`` (each 1..4096) as (rows, cols)."""
+    if not isinstance(value, dict):
+        raise bad_request('\'pty\' must be an object {"rows": R, "cols": C}')
+    sides = []
+    for name, default in (("rows", 24), ("cols", 80)):
+        side = value.get(name, default)
+        if isinstance(side, bool) or not isinstance(side, int) or not 1 <= side <= MAX_PTY_SIDE:
+            raise bad_request(f"'pty.{name}' must be an integer from 1 to {MAX_PTY_SIDE}")
+        sides.append(side)
+    return sides[0], sides[1]
+
+
+def default_shell() -> list[str]:
+    """The shell a terminal starts when no command is given: bash if present, else sh."""
+    return ["/bin/bash", "-l"] if os.path.exists("/bin/bash") else ["/bin/sh", "-l"]
 
 
 def parse_signal(value: object) -> int:
@@ -237,6 +256,10 @@ class Agent:
     def spawn(self, spec: dict[str, Any], follow: bool) -> tuple[Process, int | None]:
         """Start a process described by a ``POST /processes`` body; attach a follower if asked."""
         cmd, shell = spec.get("cmd"), spec.get("shell")
+        pty_spec = spec.get("pty")
+        winsize = parse_winsize(pty_spec) if pty_spec is not None else None
+        if winsize is not None and cmd is None and shell is None:
+            cmd = default_shell()
         if (cmd is None) == (shell is None):
             raise bad_request("exactly one of 'cmd' and 'shell' is required")
         if shell is not None:
@@ -266,12 +289,16 @@ class Agent:
         if user is not None:
             user_args = self._user_args(user, program, env)
         env.update(extra_env)
+        if winsize is not None:
+            env.setdefault("TERM", "xterm-256color")
         with_stdin = bool(spec.get("stdin"))
         with self.lock:
             forgotten = self._make_room(cost, program)
             try:
                 child = None
-                if user is None and cwd == self.cwd:
+                if winsize is not None:
+                    child = pty_child(argv, env, cwd, user_args, *winsize)
+                elif user is None and cwd == self.cwd:
                     child = spawn_child(argv, env, with_stdin)
                 if child is None:
                     child = popen_child(argv, env, with_stdin, cwd, user_args)
@@ -285,6 +312,9 @@ class Agent:
                 raise ApiError(400, "exec_failed", f"cannot execute {program!r}: {exc}") from None
             proc = Process(child, argv, tag)
             proc.cost = cost
+            if winsize is not None:
+                proc.winsize = winsize
+                proc.open_pipes = 1
             twin = self.processes.get(proc.pid)  # a finished, unforgotten process of the same pid
             if twin is not None:
                 self._remove(twin)
@@ -296,7 +326,9 @@ class Agent:
             self.reaper_wakeup.notify()
         for old in forgotten:
             _close_stdin(old)
-        pipes = [(child.stdout, b"stdout"), (child.stderr, b"stderr")]
+        pipes = [(child.stdout, b"stdout")]
+        if child.stderr is not None:
+            pipes.append((child.stderr, b"stderr"))
         while pipes:
             pipe, kind = pipes[0]
             try:
@@ -313,6 +345,28 @@ class Agent:
         if timeout is not None:
             self.deadlines.add(float(timeout), proc)
         return proc, fid
+
+    @staticmethod
+    def resize(proc: Process, value: object) -> None:
+        """Set the window size of a PTY process's terminal (``{"rows", "cols"}``)."""
+        rows, cols = parse_winsize(value)
+        if proc.winsize is None:
+            raise ApiError(
+                409, "conflict", f"process {proc.pid} has no terminal (not started with 'pty')"
+            )
+        with proc.stdin_lock:
+            master = proc.child.stdin
+            if master is None or master.closed or not proc.running:
+                raise ApiError(409, "conflict", f"process {proc.pid} has already finished")
+            try:
+                set_window_size(master.fileno(), rows, cols)
+            except OSError as exc:
+                raise ApiError(
+                    409,
+                    "conflict",
+                    f"cannot resize the terminal of process {proc.pid}: {exc.strerror}",
+                ) from None
+            proc.winsize = (rows, cols)
 
     @staticmethod
     def _user_args(user: object, program: str, env: dict[str, str]) -> dict[str, Any]:

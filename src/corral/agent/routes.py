@@ -98,6 +98,9 @@ class Handler(Connection):
                     if proc.child.stdin is not None:
                         proc.child.stdin.close()
                 return self.send_empty()
+            if action == "resize" and method == "POST":
+                agent.resize(agent.get(pid), self.read_json())
+                return self.send_empty()
             if action == "signal" and method == "POST":
                 proc = agent.get(pid)
                 signum = parse_signal(self.read_json().get("signal"))

@@ -34,7 +34,7 @@ class Child:
         pid: int,
         stdin: IO[bytes] | None,
         stdout: IO[bytes],
-        stderr: IO[bytes],
+        stderr: IO[bytes] | None,
         popen: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self.pid = pid
@@ -159,3 +159,71 @@ def popen_child(
         raise ValueError(str(exc)) from None
     assert popen.stdout is not None and popen.stderr is not None
     return Child(popen.pid, popen.stdin, popen.stdout, popen.stderr, popen)
+
+
+def set_window_size(fd: int, rows: int, cols: int) -> None:
+    """Set a terminal's size (``TIOCSWINSZ``); the kernel sends SIGWINCH to its foreground group."""
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def pty_child(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    user_args: dict[str, Any],
+    rows: int,
+    cols: int,
+) -> Child:
+    """Start ``argv`` on a new pseudo-terminal of ``rows`` x ``cols``, as its controlling tty.
+
+    The child gets the slave on fds 0-2 in a new session (``setsid`` then ``TIOCSCTTY``, which
+    posix_spawn cannot do, hence Popen's fork). The agent keeps the master: ``stdin`` writes to
+    it (through the line discipline, so ``\\x03`` interrupts the foreground group) and ``stdout``
+    reads from it; ``stderr`` is None (it is the same terminal).
+    """
+    import fcntl
+    import subprocess
+    import termios
+
+    ioctl, set_ctty = fcntl.ioctl, termios.TIOCSCTTY
+
+    def controlling_tty() -> None:
+        # In the child, after setsid (start_new_session), where fd 0 is the slave. It imports
+        # nothing: an import in a child forked from a threaded process could deadlock.
+        ioctl(0, set_ctty, 0)
+
+    subprocess._active = None  # type: ignore[attr-defined]  # only the reaper waits
+    master, slave = os.openpty()  # both close-on-exec
+    try:
+        set_window_size(master, rows, cols)
+        popen = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            bufsize=0,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            preexec_fn=controlling_tty,
+            **user_args,
+        )
+    except subprocess.SubprocessError as exc:
+        os.close(master)
+        raise ValueError(str(exc)) from None
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    return Child(
+        popen.pid,
+        open(os.dup(master), "wb", buffering=0),
+        open(master, "rb", buffering=0),
+        None,
+        popen,
+    )

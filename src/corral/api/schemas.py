@@ -90,6 +90,27 @@ class ExecRequest(BaseModel):
     tag: str | None = None
 
 
+class PtyRequest(BaseModel):
+    """Start a command on a new pseudo-terminal; without ``cmd``, the user's login shell."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cmd: list[str] | None = Field(default=None, min_length=1)
+    rows: int = Field(default=24, ge=1, le=4096)
+    cols: int = Field(default=80, ge=1, le=4096)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    user: str | None = None
+    tag: str | None = None
+
+
+class ResizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rows: int = Field(ge=1, le=4096)
+    cols: int = Field(ge=1, le=4096)
+
+
 class ProcessStarted(BaseModel):
     pid: int
 
@@ -103,6 +124,7 @@ class ProcessInfo(BaseModel):
     signal: int | None = None
     started_at: float
     ended_at: float | None = None
+    pty: bool = Field(default=False, description="runs on a pseudo-terminal (POST /pty)")
 
 
 class ProcessList(BaseModel):

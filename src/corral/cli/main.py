@@ -42,6 +42,7 @@ VERBS: dict[str, str] = {
     "trust": "corral.cli.trust:app",
     "template": "corral.cli.templates:templates_app",
     "e2b": "corral.cli.e2b:app",
+    "shell": "corral.cli.shell:shell",
 }
 # Click settings of a command verb, where it needs any.
 _SETTINGS: dict[str, dict[str, Any]] = {

@@ -297,6 +297,15 @@ class AgentClient:
             headers={"Content-Type": "application/octet-stream"},
         )
 
+    async def resize(self, pid: int, rows: int, cols: int) -> None:
+        """Set the terminal size of a process started with ``pty``."""
+        await self._call(
+            "POST",
+            f"/processes/{pid}/resize",
+            f"resizing the terminal of process {pid}",
+            **_json_body({"rows": rows, "cols": cols}),
+        )
+
     async def close_stdin(self, pid: int) -> None:
         await self._call("POST", f"/processes/{pid}/close-stdin", f"closing stdin of process {pid}")
 

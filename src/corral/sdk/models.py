@@ -161,6 +161,7 @@ class ProcessInfo(_Wire):
     exit_code: int | None = None
     signal: int | None = None
     ended_at: float | None = None
+    pty: bool = False
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> ProcessInfo:
@@ -173,6 +174,7 @@ class ProcessInfo(_Wire):
             exit_code=data.get("exit_code"),
             signal=data.get("signal"),
             ended_at=data.get("ended_at"),
+            pty=bool(data.get("pty", False)),
         )
 
 

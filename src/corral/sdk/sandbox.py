@@ -36,6 +36,7 @@ from corral.sdk.process import (
     OutputCollector,
     stream_exec,
 )
+from corral.sdk.pty import AsyncPtys
 
 if TYPE_CHECKING:
     from corral.sdk._http import HTTPSession
@@ -77,6 +78,7 @@ class AsyncSandbox:
         self._info = info
         self._owns_client = owns_client
         self.files = AsyncFiles(self)
+        self.pty = AsyncPtys(self)
 
     def __repr__(self) -> str:
         return f"<AsyncSandbox {self.id} {self._info.state}>"

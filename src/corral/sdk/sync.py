@@ -34,6 +34,7 @@ from corral.sdk.models import (
     WriteResult,
 )
 from corral.sdk.process import AsyncProcess, EventCallback, OutputCallback
+from corral.sdk.pty import Ptys
 from corral.sdk.sandbox import AsyncSandbox, _Opening
 
 __all__ = ["Client", "Files", "Process", "Sandbox"]
@@ -131,6 +132,7 @@ class Sandbox:
         self._async = inner
         self.id = inner.id
         self.files = Files(inner.files)
+        self.pty = Ptys(inner.pty)
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id}>"

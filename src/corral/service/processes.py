@@ -92,6 +92,21 @@ class ProcessService:
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
 
+    async def start_pty(self, sandbox_id: str, spec: dict[str, Any]) -> int:
+        """Start a process on a new pseudo-terminal (``spec`` has ``pty: {rows, cols}``; no
+        ``cmd`` means the login shell); it is then a process like the others, with a resize."""
+        if spec.get("shell") is not None or not isinstance(spec.get("pty"), dict):
+            raise InvalidRequest(
+                "a terminal takes 'cmd' (argv list, or none for the shell) and 'pty'"
+            )
+        self._template_defaults(sandbox_id, spec)
+        client = await self._sandboxes.ready_agent(sandbox_id, "open a terminal in")
+        self._sandboxes.touch(sandbox_id)
+        try:
+            return await client.start_process(spec)
+        except AgentError as exc:
+            raise await self._error(sandbox_id, exc) from exc
+
     async def events(
         self, sandbox_id: str, pid: int, after: int, follow: bool
     ) -> AsyncIterator[Event]:

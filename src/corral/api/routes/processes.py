@@ -1,4 +1,5 @@
-"""Processes: exec (streamed NDJSON or background), list, events, stdin, signals."""
+"""Processes: exec (streamed NDJSON or background), terminals (pty), list, events, stdin,
+resize, signals."""
 
 from __future__ import annotations
 
@@ -77,4 +78,25 @@ async def signal_process(
     sandbox_id: str, pid: int, body: schemas.SignalRequest, processes: ProcessesDep
 ) -> Response:
     await processes.call(sandbox_id, "signal processes in", "signal", pid, body.signal)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/pty", operation_id="open_pty", status_code=201, response_model=schemas.ProcessStarted
+)
+async def open_pty(
+    sandbox_id: str, body: schemas.PtyRequest, processes: ProcessesDep
+) -> schemas.ProcessStarted:
+    """Start a command (default: the login shell) on a new terminal; its output is the
+    process's events, its input the process's stdin."""
+    spec = body.model_dump(exclude={"rows", "cols"})
+    spec["pty"] = {"rows": body.rows, "cols": body.cols}
+    return schemas.ProcessStarted(pid=await processes.start_pty(sandbox_id, spec))
+
+
+@router.post("/processes/{pid}/resize", operation_id="resize_pty", status_code=204)
+async def resize_pty(
+    sandbox_id: str, pid: int, body: schemas.ResizeRequest, processes: ProcessesDep
+) -> Response:
+    await processes.call(sandbox_id, "resize a terminal in", "resize", pid, body.rows, body.cols)
     return Response(status_code=204)
