@@ -15,6 +15,7 @@ from corral.at_rest import secure_data_dir
 from corral.config import Settings
 from corral.images import ImageStore
 from corral.network.base import Network, Slot
+from corral.network.sandbox_net import EgressControl
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
@@ -62,12 +63,15 @@ class Workspace:
         network: Network,
         agent: AgentMount,
         connect_agent: Callable[[str, Slot], AgentClient] | None = None,
+        egress: EgressControl | None = None,
     ) -> Workspace:
         secure_data_dir(settings.data_dir)
         db = Database(settings.db_path)
         images = ImageStore(settings.images_dir)
         templates = TemplateService(db, images, settings)
-        sandboxes = SandboxService(settings, db, runtime, network, templates, agent, connect_agent)
+        sandboxes = SandboxService(
+            settings, db, runtime, network, templates, agent, connect_agent, egress
+        )
         templates.store.set_mount_points(
             (dest, os.path.isdir(source)) for source, dest in agent.mounts
         )
@@ -103,7 +107,9 @@ class Workspace:
     @classmethod
     def open(cls, settings: Settings) -> Workspace:
         """Wire the real runtime (gVisor) and network (slots) for ``settings``."""
+        from corral.network import egress as host_egress
         from corral.network.conflicts import check_subnet_free
+        from corral.network.sandbox_net import SlotEgressControl
         from corral.network.slots import SlotNetwork
         from corral.runtime.gvisor import GVisorRuntime
         from corral.runtime.inject import host_agent_mount
@@ -115,13 +121,24 @@ class Workspace:
             platform=settings.runsc_platform,
             console_kib=settings.console_log_kib,
         )
+        uplinks: tuple[str, ...] = ()
+        if settings.internet_allowed:  # forwarding and masquerade only if some mode needs them
+            named = tuple(n.strip() for n in settings.egress_uplinks.split(",") if n.strip())
+            uplinks = named or host_egress.uplink_interfaces()
         network = SlotNetwork(
-            prefix=settings.network_prefix, subnet=settings.network_subnet, spare=SPARE_SLOTS
+            prefix=settings.network_prefix,
+            subnet=settings.network_subnet,
+            spare=SPARE_SLOTS,
+            egress_uplinks=uplinks,
+        )
+        egress = SlotEgressControl(
+            network, upstreams=settings.dns_upstream_list, internet=settings.internet_allowed
         )
         agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
-        workspace = cls.build(settings, runtime, network, agent)
+        workspace = cls.build(settings, runtime, network, agent, egress=egress)
 
         async def close_network() -> None:
+            await egress.close()
             # Sandboxes left running keep their slots and the host rules that fence them in;
             # with none left, nothing of the daemon's may stay in the host's network.
             if network.leased:

@@ -33,6 +33,8 @@ class SandboxRecord:
     parent_id: str | None = None
     last_active_at: float | None = None
     pooled: bool = False
+    # The egress policy (``EgressPolicy.dumps``); None: the default mode, no rules.
+    network: str | None = None
 
 
 @dataclass(frozen=True)
