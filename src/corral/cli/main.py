@@ -16,6 +16,7 @@ from corral.cli import exec as exec_verb
 from corral.cli import (
     files,
     lifecycle,
+    network,
     sandboxes,
     serve,
     snapshots,
@@ -98,6 +99,7 @@ app.add_typer(files.app, name="files")
 app.command("park")(lifecycle.park)
 app.command("wake")(lifecycle.wake)
 app.command("fork")(lifecycle.fork)
+app.command("network")(network.network)
 app.add_typer(snapshots.app, name="snapshot")
 app.command("export")(transfer.export)
 app.command("import")(transfer.import_file)

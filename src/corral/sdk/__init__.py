@@ -29,6 +29,8 @@ from corral.sdk.models import (
     ExecResult,
     FileInfo,
     ImportResult,
+    NetworkChange,
+    NetworkPolicy,
     ProcessEvent,
     ProcessInfo,
     ResourceUsage,
@@ -40,7 +42,7 @@ from corral.sdk.models import (
 )
 from corral.sdk.process import AsyncProcess
 from corral.sdk.sandbox import AsyncSandbox
-from corral.sdk.sync import Client, Files, Process, Sandbox
+from corral.sdk.sync import Client, Files, Network, Process, Sandbox
 from corral.sdk.templates import AsyncTemplate, BuildError, BuildEvent, Template
 
 __all__ = [
@@ -66,6 +68,9 @@ __all__ = [
     "Files",
     "ImportResult",
     "InvalidRequest",
+    "Network",
+    "NetworkChange",
+    "NetworkPolicy",
     "NoSpace",
     "NotFound",
     "PermissionDenied",

@@ -6,7 +6,7 @@ Workspace calls (capacity, templates, listing) live here; everything about one s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -151,9 +151,13 @@ class AsyncClient:
     ) -> SandboxInfo:
         body: dict[str, Any] = {"template": template}
         for key, value in options.items():
-            if value is None or value is False or value == {}:
+            if value is None or value is False or value == {} or value == []:
                 continue  # the daemon's default
-            body[key] = dict(value) if isinstance(value, Mapping) else value
+            if isinstance(value, Mapping):
+                value = dict(value)
+            elif isinstance(value, Sequence) and not isinstance(value, str):
+                value = list(value)
+            body[key] = value
         return SandboxInfo.from_wire(
             await self.session.json("POST", "/v1/sandboxes", json_body=body)
         )

@@ -24,6 +24,8 @@ from corral.sdk.models import (
     ExecResult,
     FileInfo,
     ImportResult,
+    NetworkChange,
+    NetworkPolicy,
     ProcessEvent,
     ProcessInfo,
     SandboxInfo,
@@ -33,6 +35,7 @@ from corral.sdk.models import (
     TrustedKey,
     WriteResult,
 )
+from corral.sdk.network import AsyncNetwork
 from corral.sdk.process import AsyncProcess, EventCallback, OutputCallback
 from corral.sdk.sandbox import AsyncSandbox, _Opening
 
@@ -121,6 +124,25 @@ class Process:
         portal().call(self._async.kill())
 
 
+class Network:
+    """`sandbox.network`, synchronous. See `AsyncNetwork`."""
+
+    def __init__(self, inner: AsyncNetwork) -> None:
+        self._async = inner
+
+    def get(self) -> NetworkPolicy:
+        return portal().call(self._async.get())
+
+    def update(
+        self,
+        mode: str | None = None,
+        *,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+    ) -> NetworkChange:
+        return portal().call(self._async.update(mode, allow=allow, deny=deny))
+
+
 class Sandbox:
     """One sandbox, synchronous. `with Sandbox.create() as sbx:` kills it on exit.
 
@@ -131,6 +153,7 @@ class Sandbox:
         self._async = inner
         self.id = inner.id
         self.files = Files(inner.files)
+        self.network = Network(inner.network)
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id}>"
