@@ -1,0 +1,237 @@
+"""Networking end to end: a real daemon whose sandboxes' egress leads to a fake internet.
+
+The test builds "the internet" itself: a namespace (``nw<hex>-inet``) holding 198.18.0.2 and
+198.18.0.3 (HTTP), a TCP echo and a DNS server on 198.18.0.53 (tests/e2e/fake_internet.py), linked
+to the daemon's namespace by a veth of its own (198.18.1.1/30 on our side) and one route for
+198.18.0.0/24 through it -- never a default route. The daemon forwards DNS to the fake resolver
+(``CORRAL_DNS_UPSTREAMS``) and lets internet egress leave by the test's veth
+(``CORRAL_EGRESS_UPLINKS``). Everything is removed at the end, also on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from corral import Client, Sandbox
+from corral.sdk import InvalidRequest
+from tests.e2e.conftest import Daemon, leftover_namespaces, start_daemon, stop_daemon
+from tests.e2e.workloads import wait_until
+
+FAKE = Path(__file__).with_name("fake_internet.py")
+WEB, OTHER, DNS = "198.18.0.2", "198.18.0.3", "198.18.0.53"
+OUR_SIDE, THEIR_SIDE = "198.18.1.1", "198.18.1.2"
+ROUTED = "198.18.0.0/24"
+MODES = "project_internet,internet,airgapped"  # "project" is not allowed in this workspace
+
+
+@dataclass
+class FakeInternet:
+    netns: str
+    uplink: str
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    subprocess.run(["ip", *args], check=check, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def internet() -> Iterator[FakeInternet]:
+    prefix = "nw" + secrets.token_hex(2)
+    netns, uplink, inner = f"{prefix}-inet", f"{prefix}-up", f"{prefix}-in"
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        _ip("netns", "add", netns)
+        _ip("link", "add", uplink, "type", "veth", "peer", "name", inner)
+        _ip("link", "set", inner, "netns", netns)
+        _ip("addr", "add", f"{OUR_SIDE}/30", "dev", uplink)
+        _ip("link", "set", uplink, "up")
+        _ip("-n", netns, "addr", "add", f"{THEIR_SIDE}/30", "dev", inner)
+        _ip("-n", netns, "link", "set", inner, "up")
+        _ip("-n", netns, "link", "set", "lo", "up")
+        for address in (WEB, OTHER, DNS):
+            _ip("-n", netns, "addr", "add", f"{address}/32", "dev", "lo")
+        _ip("route", "add", ROUTED, "via", THEIR_SIDE, "dev", uplink)
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, str(FAKE)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == b"ready"
+        yield FakeInternet(netns, uplink)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        _ip("route", "del", ROUTED, "via", THEIR_SIDE, "dev", uplink, check=False)
+        _ip("link", "del", uplink, check=False)
+        _ip("netns", "del", netns, check=False)
+
+
+@pytest.fixture(scope="module")
+def netd(tmp_path_factory: pytest.TempPathFactory, internet: FakeInternet) -> Iterator[Daemon]:
+    prefix = "cn" + secrets.token_hex(2)
+    data_dir = tmp_path_factory.mktemp("netd") / "data"
+    daemon = start_daemon(
+        data_dir,
+        prefix,
+        extra_env={
+            "CORRAL_DNS_UPSTREAMS": DNS,
+            "CORRAL_EGRESS_UPLINKS": internet.uplink,
+            "CORRAL_NETWORK_MODES": MODES,
+        },
+    )
+    try:
+        yield daemon
+    finally:
+        stop_daemon(daemon)
+        left = leftover_namespaces(prefix)
+        for name in left:
+            if name.startswith("nft:"):
+                subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
+            else:
+                subprocess.run(["ip", "netns", "del", name], check=False)
+        assert not left, f"namespaces left behind: {left}\n{daemon.log()[-4000:]}"
+
+
+def fetch(sbx: Sandbox, url: str) -> str | None:
+    """The body curl got from ``url`` inside the sandbox, or None if it could not connect."""
+    result = sbx.exec(["curl", "-sS", "--max-time", "4", url])
+    return result.stdout if result.exit_code == 0 else None
+
+
+def resolves(sbx: Sandbox, name: str) -> bool:
+    return sbx.exec(["getent", "hosts", name]).exit_code == 0
+
+
+def test_airgapped_reaches_nothing(netd: Daemon) -> None:
+    with Client(netd.url, netd.key) as client:
+        sbx = client.create_sandbox(network="airgapped")
+        try:
+            assert sbx.info().network.mode == "airgapped"  # type: ignore[union-attr]
+            assert sbx.files.read_text("/etc/resolv.conf").startswith("nameserver 169.254.0.22")
+            assert fetch(sbx, f"http://{WEB}/") is None
+            assert not resolves(sbx, "web.fake.test")
+        finally:
+            sbx.kill()
+
+
+def test_internet_reaches_the_fake_host_but_not_the_host(netd: Daemon) -> None:
+    # A listener on the host's own address (our veth): the sandbox must not reach it.
+    listener = socket.create_server((OUR_SIDE, 0))
+    listener.settimeout(0)
+    host_port = listener.getsockname()[1]
+    with Client(netd.url, netd.key) as client:
+        sbx = client.create_sandbox(network="internet")
+        try:
+            assert fetch(sbx, "http://web.fake.test/") == f"fake internet {WEB}\n"
+            assert fetch(sbx, f"http://{OTHER}/") == f"fake internet {OTHER}\n"
+            assert fetch(sbx, f"http://{OUR_SIDE}:{host_port}/") is None
+            with pytest.raises(BlockingIOError):
+                listener.accept()
+            assert fetch(sbx, f"http://{netd.url.split('//')[1]}/healthz") is None  # loopback
+        finally:
+            sbx.kill()
+            listener.close()
+
+
+HOLD = f"""
+import socket, sys, time
+c = socket.create_connection(("{WEB}", 9000), timeout=3)
+state = "/tmp/conn"
+open(state, "w").write("open")
+while True:
+    try:
+        c.sendall(b"ping")
+        assert c.recv(4) == b"ping"
+    except Exception as exc:
+        open(state, "w").write("cut " + type(exc).__name__)
+        sys.exit(0)
+    time.sleep(0.1)
+"""
+
+
+def test_live_change_to_airgapped_cuts_an_open_connection(netd: Daemon) -> None:
+    with Client(netd.url, netd.key) as client:
+        sbx = client.create_sandbox(network="internet")
+        try:
+            sbx.exec_background(["python3", "-c", HOLD], tag="hold")
+
+            def state() -> str:
+                result = sbx.exec(["cat", "/tmp/conn"])
+                return result.stdout if result.exit_code == 0 else ""
+
+            wait_until(lambda: state() == "open", what="the connection to open")
+            change = sbx.network.update("airgapped")
+            assert change.network.mode == "airgapped"
+            wait_until(lambda: state().startswith("cut"), timeout=20, what="the connection cut")
+            assert fetch(sbx, f"http://{WEB}/") is None
+            assert not resolves(sbx, "web.fake.test")
+            sbx.network.update("internet")
+            assert fetch(sbx, f"http://{WEB}/") == f"fake internet {WEB}\n"
+        finally:
+            sbx.kill()
+
+
+def test_rules_survive_park_wake_and_fork(netd: Daemon) -> None:
+    made = netd.cli("new", "--network", "airgapped", "--allow", f"{WEB}:80")
+    assert made.returncode == 0, made.stderr
+    sandbox_id = made.stdout.decode().strip()
+    with Client(netd.url, netd.key) as client:
+        sbx = client.sandbox(sandbox_id)
+        children: list[Sandbox] = []
+        try:
+            assert fetch(sbx, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(sbx, f"http://{OTHER}/") is None
+
+            changed = netd.cli("network", sandbox_id, "--deny", f"{WEB}/32", "--json")
+            assert changed.returncode == 0, changed.stderr
+            assert json.loads(changed.stdout) == {
+                "mode": "airgapped",
+                "allow": [f"{WEB}:80"],
+                "deny": [WEB],
+            }
+            assert fetch(sbx, f"http://{WEB}/") is None  # deny wins over allow
+            assert netd.cli("network", sandbox_id, "--clear-deny").returncode == 0
+
+            sbx.park()
+            sbx.wake()
+            assert fetch(sbx, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(sbx, f"http://{OTHER}/") is None
+
+            children = sbx.fork(1)
+            child = children[0]
+            assert child.info().network == sbx.info().network
+            assert fetch(child, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(child, f"http://{OTHER}/") is None
+
+            shown = netd.cli("info", sandbox_id).stdout.decode()
+            assert "airgapped" in shown and f"{WEB}:80" in shown
+        finally:
+            for one in [sbx, *children]:
+                one.kill()
+
+
+def test_a_mode_the_workspace_does_not_allow_is_refused(netd: Daemon) -> None:
+    refused = netd.cli("new", "--network", "project")
+    assert refused.returncode == 1
+    assert "network mode 'project' is not allowed" in refused.stderr.decode()
+    with Client(netd.url, netd.key) as client:
+        sbx = client.create_sandbox(network="airgapped")
+        try:
+            with pytest.raises(InvalidRequest, match="not allowed"):
+                sbx.network.update("project")
+            with pytest.raises(InvalidRequest, match="rule"):
+                sbx.network.update(allow=["not a rule!"])
+            assert sbx.info().network.mode == "airgapped"  # type: ignore[union-attr]
+        finally:
+            sbx.kill()
