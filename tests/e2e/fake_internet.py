@@ -20,7 +20,7 @@ ZONE = {"web.fake.test.": WEB, "other.fake.test.": OTHER}
 
 
 class Web(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = f"fake internet {self.server.server_address[0]}\n".encode()  # type: ignore[index]
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
