@@ -235,3 +235,29 @@ def test_a_mode_the_workspace_does_not_allow_is_refused(netd: Daemon) -> None:
             assert sbx.info().network.mode == "airgapped"  # type: ignore[union-attr]
         finally:
             sbx.kill()
+
+
+def test_template_builds_reach_what_their_mode_allows(netd: Daemon) -> None:
+    built = netd.cli(
+        "template", "create", "netbuild", "--from", "base",
+        "--run", "curl -sS --max-time 4 http://web.fake.test/ > /fetched.txt",
+    )  # fmt: skip
+    try:
+        assert built.returncode == 0, built.stderr.decode()
+        assert b"RUN steps run with network mode internet" in built.stdout
+        with Client(netd.url, netd.key) as client:
+            sbx = client.create_sandbox("netbuild", network="airgapped")
+            try:
+                assert sbx.files.read_text("/fetched.txt") == f"fake internet {WEB}\n"
+            finally:
+                sbx.kill()
+    finally:
+        netd.cli("template", "rm", "netbuild")
+
+    offline = netd.cli(
+        "template", "create", "netoffline", "--from", "base", "--network", "airgapped",
+        "--run", "curl -sS --max-time 4 http://web.fake.test/",
+    )  # fmt: skip
+    netd.cli("template", "rm", "netoffline")
+    assert offline.returncode != 0
+    assert b"RUN steps run with network mode airgapped" in offline.stdout

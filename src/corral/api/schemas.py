@@ -275,6 +275,9 @@ class TemplateBuild(BaseModel):
     build_disk_mib: int | None = Field(
         default=None, gt=0, description="disk of the build sandbox (default: the daemon's)"
     )
+    network: NetworkModeName | None = Field(
+        default=None, description="what RUN steps reach (default: internet)"
+    )
 
 
 class Upload(BaseModel):

@@ -18,23 +18,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from corral.network import egress, slots
-from corral.network.base import Slot
+from corral.network.base import INNER_GATEWAY, Slot
 from corral.network.egress import EgressContext, SlotEgress
 from corral.network.policy import EgressPolicy, ProjectService
 from corral.network.proxy import EgressProxy
 from corral.network.resolver import SandboxResolver
 from corral.network.sandbox_egress import SandboxEgress
 
-__all__ = ["EgressControl", "FakeEgress", "Names", "SlotEgressControl"]
+__all__ = ["EgressControl", "FakeEgress", "Names", "SlotEgressControl", "write_resolv_conf"]
 
 log = logging.getLogger(__name__)
 
 Names = list[tuple[str, str, float]]
 PROXY_PORT = 15001
+
+
+def write_resolv_conf(directory: Path) -> str:
+    """The host file bind-mounted read-only at every sandbox's /etc/resolv.conf: the
+    sandbox's own resolver on its slot's gateway (written when missing or different)."""
+    path = directory / "resolv.conf"
+    text = f"nameserver {INNER_GATEWAY}\noptions timeout:2 attempts:2\n"
+    if not path.is_file() or path.read_text() != text:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    return str(path)
 
 
 class EgressControl(Protocol):

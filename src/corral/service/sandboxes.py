@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral.config import Settings
-from corral.network.base import INNER_GATEWAY, Network, Slot
+from corral.network.base import Network, Slot
 from corral.network.policy import EgressPolicy, NetworkMode, PolicyError
-from corral.network.sandbox_net import EgressControl, FakeEgress, Names
+from corral.network.sandbox_net import EgressControl, FakeEgress, Names, write_resolv_conf
 from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import (
@@ -359,17 +359,7 @@ class SandboxService:
             log.error("sandbox %s: stopping its egress failed: %s", sandbox_id, exc)
 
     def resolv_conf(self) -> str:
-        """The host file bind-mounted read-only at every sandbox's /etc/resolv.conf: the
-        sandbox's own resolver (network/resolver.py) on the slot's gateway."""
-        path = self.settings.data_dir / "network" / "resolv.conf"
-        text = f"nameserver {INNER_GATEWAY}\noptions timeout:2 attempts:2\n"
-        if not path.is_file() or path.read_text() != text:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        return str(path)
+        return write_resolv_conf(self.settings.data_dir / "network")
 
     # ---------------------------------------------------------------------------- create
     def resolve(self, request: CreateRequest) -> tuple[float, int, int, float | None]:

@@ -84,6 +84,7 @@ class Workspace:
         pools = PoolService(sandboxes)
         trust = TrustService(db, settings.signing_key_path)
         sandboxes.pool_hook = pools.claim
+        templates.builder.egress = sandboxes.egress
         templates.builder.finish = warm.warm
         templates.builder.rollback = templates.forget
         templates.builder.hold = sandboxes.hold
