@@ -25,6 +25,7 @@ from corral import Client, Sandbox
 from corral.sdk import InvalidRequest
 from tests.e2e.conftest import Daemon, leftover_namespaces, start_daemon, stop_daemon
 from tests.e2e.workloads import wait_until
+from tests.host import free_subnet
 
 FAKE = Path(__file__).with_name("fake_internet.py")
 WEB, OTHER, DNS = "198.18.0.2", "198.18.0.3", "198.18.0.53"
@@ -261,3 +262,50 @@ def test_template_builds_reach_what_their_mode_allows(netd: Daemon) -> None:
     netd.cli("template", "rm", "netoffline")
     assert offline.returncode != 0
     assert b"RUN steps run with network mode airgapped" in offline.stdout
+
+
+def test_rules_come_back_with_a_restored_snapshot(netd: Daemon) -> None:
+    with Client(netd.url, netd.key) as client:
+        sbx = client.create_sandbox(network="airgapped", allow=[f"{WEB}:80"])
+        restored: Sandbox | None = None
+        try:
+            sbx.snapshot("netsnap")
+            restored = client.create_sandbox(snapshot="netsnap")
+            assert restored.info().network == sbx.info().network
+            assert fetch(restored, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(restored, f"http://{OTHER}/") is None
+        finally:
+            for one in (sbx, restored):
+                if one is not None:
+                    one.kill()
+            client.remove_snapshot("netsnap")
+
+
+def test_rules_are_reapplied_after_a_daemon_restart(tmp_path: Path, internet: FakeInternet) -> None:
+    prefix, subnet, data = "cn" + secrets.token_hex(2), free_subnet(), tmp_path / "data"
+    env = {
+        "CORRAL_DNS_UPSTREAMS": DNS,
+        "CORRAL_EGRESS_UPLINKS": internet.uplink,
+        "CORRAL_NETWORK_MODES": MODES,
+    }
+    first = start_daemon(data, prefix, subnet, extra_env=env)
+    second: Daemon | None = None
+    try:
+        with Client(first.url, first.key) as client:
+            sandbox_id = client.create_sandbox(network="internet", deny=[OTHER]).id
+        stop_daemon(first, kill_sandboxes=False)
+        second = start_daemon(data, prefix, subnet, extra_env=env)
+        with Client(second.url, second.key) as client:
+            sbx = client.sandbox(sandbox_id)
+            assert fetch(sbx, "http://web.fake.test/") == f"fake internet {WEB}\n"  # DNS too
+            assert fetch(sbx, f"http://{OTHER}/") is None
+            sbx.network.update("airgapped")
+            assert fetch(sbx, f"http://{WEB}/") is None
+    finally:
+        stop_daemon(second or first)
+        if second is not None:
+            stop_daemon(first)
+        left = leftover_namespaces(prefix)
+        for name in left:
+            subprocess.run(["ip", "netns", "del", name], check=False)
+        assert not left, f"namespaces left behind: {left}"
