@@ -309,3 +309,36 @@ def test_rules_are_reapplied_after_a_daemon_restart(tmp_path: Path, internet: Fa
         for name in left:
             subprocess.run(["ip", "netns", "del", name], check=False)
         assert not left, f"namespaces left behind: {left}"
+
+
+ECHO = f"""
+import socket, sys
+c = socket.create_connection((sys.argv[1], 9000), timeout=3)
+c.sendall(b"hello")
+print(c.recv(5).decode())
+"""
+
+
+def test_project_services_resolve_in_project_modes(netd: Daemon) -> None:
+    added = netd.cli("service", "add", "echo.project", f"{WEB}:9000")
+    assert added.returncode == 0, added.stderr
+    with Client(netd.url, netd.key) as client:
+        project = client.create_sandbox(network="airgapped", allow=["project"])
+        airgapped = client.create_sandbox(network="airgapped")
+        try:
+            assert resolves(project, "echo.project")
+            said = project.exec(["python3", "-c", ECHO, "echo.project"])
+            assert said.stdout.strip() == "hello", said.stderr
+            assert fetch(project, f"http://{WEB}/") is None  # only the service's port
+            assert not resolves(airgapped, "echo.project")
+            assert "echo.project" in netd.cli("service", "ls").stdout.decode()
+
+            assert netd.cli("service", "rm", "echo.project").returncode == 0
+            assert not resolves(project, "echo.project")
+            assert project.exec(["python3", "-c", ECHO, WEB]).exit_code != 0
+        finally:
+            project.kill()
+            airgapped.kill()
+            netd.cli("service", "rm", "echo.project")
+    refused = netd.cli("service", "add", "meta.project", "169.254.169.254:80")
+    assert refused.returncode == 1 and b"link-local" in refused.stderr

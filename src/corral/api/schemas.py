@@ -75,6 +75,25 @@ class NetworkChanged(BaseModel):
     connections_cut: int = Field(description="open connections the new policy ended")
 
 
+class ProjectService(BaseModel):
+    """A name every sandbox in a project mode resolves, and the port it reaches there."""
+
+    name: str
+    address: str
+    ports: list[int]
+    created_at: float
+
+
+class ProjectServiceCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(max_length=64, description="IPV4:PORT", examples=["10.1.2.3:5432"])
+
+
+class ProjectServiceList(BaseModel):
+    services: list[ProjectService]
+
+
 class Sandbox(BaseModel):
     """A sandbox as the daemon records it."""
 

@@ -19,6 +19,7 @@ from corral.cli import (
     network,
     sandboxes,
     serve,
+    service,
     snapshots,
     templates,
     transfer,
@@ -104,6 +105,7 @@ app.add_typer(snapshots.app, name="snapshot")
 app.command("export")(transfer.export)
 app.command("import")(transfer.import_file)
 app.add_typer(trust.app, name="trust")
+app.add_typer(service.app, name="service")
 app.command("capacity")(workspace.capacity)
 app.add_typer(templates.templates_app, name="template")
 app.command("mcp")(serve.mcp)

@@ -20,6 +20,7 @@ from corral.sdk.config import resolve_api_key, resolve_url
 from corral.sdk.models import (
     Capacity,
     ImportResult,
+    ProjectServiceInfo,
     SandboxInfo,
     SandboxOptions,
     SnapshotInfo,
@@ -230,6 +231,22 @@ class AsyncClient:
 
     async def untrust_key(self, name: str) -> None:
         await self.session.request("DELETE", f"/v1/trust/{quote(name, safe='')}")
+
+    # -- the project's services (admin) --------------------------------------------------------
+
+    async def services(self) -> list[ProjectServiceInfo]:
+        answer = await self.session.json("GET", "/v1/services")
+        return [ProjectServiceInfo.from_wire(item) for item in answer.get("services", [])]
+
+    async def add_service(self, name: str, target: str) -> ProjectServiceInfo:
+        """Add (or replace) service `name` at `target` (`IPV4:PORT`)."""
+        answer = await self.session.json(
+            "PUT", f"/v1/services/{quote(name, safe='')}", json_body={"target": target}
+        )
+        return ProjectServiceInfo.from_wire(answer)
+
+    async def remove_service(self, name: str) -> None:
+        await self.session.request("DELETE", f"/v1/services/{quote(name, safe='')}")
 
 
 def _snapshot_path(name: str) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "NetworkPolicy",
     "ProcessEvent",
     "ProcessInfo",
+    "ProjectServiceInfo",
     "ResourceUsage",
     "SandboxInfo",
     "SnapshotInfo",
@@ -395,6 +396,26 @@ class ImportResult(_Wire):
             sandbox=SandboxInfo.from_wire(sandbox) if sandbox else None,
             snapshot=SnapshotInfo.from_wire(snapshot) if snapshot else None,
             signer=signer.get("name"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectServiceInfo(_Wire):
+    """A project service: sandboxes in a project mode resolve `name` and reach `address`
+    on `ports` (`corral service add`)."""
+
+    name: str
+    address: str
+    ports: list[int] = field(default_factory=list)
+    created_at: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ProjectServiceInfo:
+        return cls(
+            name=str(data["name"]),
+            address=str(data["address"]),
+            ports=[int(p) for p in data.get("ports") or []],
+            created_at=float(data.get("created_at", 0.0)),
         )
 
 

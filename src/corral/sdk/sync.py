@@ -28,6 +28,7 @@ from corral.sdk.models import (
     NetworkPolicy,
     ProcessEvent,
     ProcessInfo,
+    ProjectServiceInfo,
     SandboxInfo,
     SandboxOptions,
     SnapshotInfo,
@@ -407,6 +408,15 @@ class Client:
 
     def untrust_key(self, name: str) -> None:
         portal().call(self._async.untrust_key(name))
+
+    def services(self) -> builtins.list[ProjectServiceInfo]:
+        return portal().call(self._async.services())
+
+    def add_service(self, name: str, target: str) -> ProjectServiceInfo:
+        return portal().call(self._async.add_service(name, target))
+
+    def remove_service(self, name: str) -> None:
+        portal().call(self._async.remove_service(name))
 
 
 async def _await(opening: _Opening) -> AsyncSandbox:

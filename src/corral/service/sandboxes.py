@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import ipaddress
 import logging
 import os
 import secrets
@@ -309,6 +310,9 @@ class SandboxService:
             except PolicyError as exc:
                 log.error("sandbox %s: its stored network policy is unreadable: %s", record.id, exc)
         return EgressPolicy(NetworkMode.AIRGAPPED)
+
+    def network_subnet(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.settings.network_subnet)
 
     def default_policy(self) -> EgressPolicy:
         return self.build_policy(None)

@@ -24,6 +24,7 @@ from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.pools import PoolService
 from corral.service.processes import ProcessService
+from corral.service.project_services import ProjectServices
 from corral.service.sandboxes import SandboxService
 from corral.service.snapshots import SnapshotService
 from corral.service.templates import TemplateService
@@ -53,6 +54,7 @@ class Workspace:
     transfer: TransferService
     trust: TrustService
     pools: PoolService
+    services: ProjectServices
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
@@ -103,6 +105,7 @@ class Workspace:
             transfer=TransferService(sandboxes, lifecycle, snapshots, trust),
             trust=trust,
             pools=pools,
+            services=ProjectServices(sandboxes),
         )
 
     @classmethod
@@ -156,6 +159,7 @@ class Workspace:
         self.api_keys.ensure_admin_key(self.settings.admin_key_path)
         self.trust.start()
         self.templates.sync()
+        self.services.start()
         await self.snapshots.start()
         await self.lifecycle.start()
         await self.pools.start()

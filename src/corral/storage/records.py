@@ -38,6 +38,17 @@ class SandboxRecord:
 
 
 @dataclass(frozen=True)
+class ProjectServiceRecord:
+    """A service of the project: sandboxes in a project mode resolve ``name`` to ``address``
+    and reach it on ``ports``."""
+
+    name: str
+    address: str
+    ports: list[int]
+    created_at: float
+
+
+@dataclass(frozen=True)
 class ApiKeyRecord:
     id: str
     name: str
