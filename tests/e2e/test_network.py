@@ -311,7 +311,7 @@ def test_rules_are_reapplied_after_a_daemon_restart(tmp_path: Path, internet: Fa
         assert not left, f"namespaces left behind: {left}"
 
 
-ECHO = f"""
+ECHO = """
 import socket, sys
 c = socket.create_connection((sys.argv[1], 9000), timeout=3)
 c.sendall(b"hello")
