@@ -94,7 +94,7 @@ class Settings(BaseSettings):
     # Egress (docs/network.md): the modes sandboxes may use (comma-separated; the first is the
     # default of `corral new`), the resolvers the sandboxes' DNS goes to (comma-separated IPv4;
     # empty: the host's /etc/resolv.conf) and the interfaces internet egress leaves by (empty:
-    # those of the host's default routes). With no internet mode allowed nothing is forwarded.
+    # those of the host's default routes). With only airgapped allowed nothing is forwarded.
     network_modes: str = "project_internet,internet,project,airgapped"
     dns_upstreams: str = ""
     egress_uplinks: str = ""
@@ -139,8 +139,10 @@ class Settings(BaseSettings):
         return self.network_modes.split(",")
 
     @property
-    def internet_allowed(self) -> bool:
-        return any(mode in ("internet", "project_internet") for mode in self.allowed_network_modes)
+    def egress_allowed(self) -> bool:
+        """Whether any allowed mode leaves the host: the internet modes, and the project modes
+        (the project's services are forwarded too). Only airgapped: no forwarding at all."""
+        return any(mode != "airgapped" for mode in self.allowed_network_modes)
 
     @property
     def dns_upstream_list(self) -> list[str] | None:

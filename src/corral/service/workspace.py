@@ -126,7 +126,7 @@ class Workspace:
             console_kib=settings.console_log_kib,
         )
         uplinks: tuple[str, ...] = ()
-        if settings.internet_allowed:  # forwarding and masquerade only if some mode needs them
+        if settings.egress_allowed:  # forwarding and masquerade only if some mode needs them
             named = tuple(n.strip() for n in settings.egress_uplinks.split(",") if n.strip())
             uplinks = named or host_egress.uplink_interfaces()
         network = SlotNetwork(
@@ -136,7 +136,7 @@ class Workspace:
             egress_uplinks=uplinks,
         )
         egress = SlotEgressControl(
-            network, upstreams=settings.dns_upstream_list, internet=settings.internet_allowed
+            network, upstreams=settings.dns_upstream_list, internet=settings.egress_allowed
         )
         agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
         workspace = cls.build(settings, runtime, network, agent, egress=egress)
