@@ -75,7 +75,8 @@ class Workspace:
             settings, db, runtime, network, templates, agent, connect_agent, egress
         )
         templates.store.set_mount_points(
-            (dest, os.path.isdir(source)) for source, dest in agent.mounts
+            [(dest, os.path.isdir(source)) for source, dest in agent.mounts]
+            + [("/etc/resolv.conf", False)]  # the sandbox resolver's config (spec_for)
         )
         templates.builder = TemplateBuilder(
             settings, templates.store, runtime, network, agent, connect_agent
