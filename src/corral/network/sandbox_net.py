@@ -66,6 +66,8 @@ class EgressControl(Protocol):
 
     def names(self, sandbox_id: str) -> Names: ...
 
+    def attached(self, sandbox_id: str) -> bool: ...
+
     def set_services(self, services: tuple[ProjectService, ...]) -> None: ...
 
     async def close(self) -> None: ...
@@ -163,6 +165,9 @@ class SlotEgressControl:
         attached = self._attached.get(sandbox_id)
         return attached.box.names.export() if attached else []
 
+    def attached(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._attached
+
     async def detach(self, sandbox_id: str) -> Names:
         attached = self._attached.pop(sandbox_id, None)
         if attached is None:
@@ -200,6 +205,9 @@ class FakeEgress:
 
     def names(self, sandbox_id: str) -> Names:
         return list(self.saved.get(sandbox_id, []))
+
+    def attached(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.policies
 
     async def detach(self, sandbox_id: str) -> Names:
         self.policies.pop(sandbox_id, None)

@@ -339,9 +339,13 @@ class SandboxService:
             )
             record = self.db.sandboxes.update(sandbox_id, network=policy.dumps())
             cut = 0
-            if record.state == "running" and sandbox_id in self._slots:
+            slot = self._slots.get(sandbox_id)
+            if record.state == "running" and slot is not None:
                 try:
-                    cut = await self.egress.update(sandbox_id, policy)
+                    if self.egress.attached(sandbox_id):
+                        cut = await self.egress.update(sandbox_id, policy)
+                    else:  # its egress failed to come back (adoption): this brings it back
+                        await self.egress.attach(sandbox_id, slot, policy)
                 except Exception as exc:
                     raise OperationFailed(
                         f"applying the network policy of sandbox {sandbox_id} failed: {exc}; "
