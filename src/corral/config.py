@@ -17,6 +17,8 @@ from corral.at_rest import make_private_dir
 
 DEFAULT_DATA_DIR = Path("/var/lib/corral")
 DEFAULT_LISTEN = "127.0.0.1:7070"
+# network/policy.py's NetworkMode values (not imported: settings stay light for the CLI)
+NETWORK_MODES = ("project_internet", "internet", "project", "airgapped")
 
 
 def _host_cpus() -> int:
@@ -89,6 +91,13 @@ class Settings(BaseSettings):
     network_prefix: str = "corral"
     network_subnet: str = "10.200.0.0/16"
     agent_ready_timeout: float = 20.0
+    # Egress (docs/network.md): the modes sandboxes may use (comma-separated; the first is the
+    # default of `corral new`), the resolvers the sandboxes' DNS goes to (comma-separated IPv4;
+    # empty: the host's /etc/resolv.conf) and the interfaces internet egress leaves by (empty:
+    # those of the host's default routes). With only airgapped allowed nothing is forwarded.
+    network_modes: str = "project_internet,internet,project,airgapped"
+    dns_upstreams: str = ""
+    egress_uplinks: str = ""
     log_level: str = "info"
 
     # Bounds on what callers and sandboxes send (each refusal says which bound; docs/security.md).
@@ -113,6 +122,32 @@ class Settings(BaseSettings):
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"listen address must be HOST:PORT, got {value!r}")
         return value
+
+    @field_validator("network_modes")
+    @classmethod
+    def _check_network_modes(cls, value: str) -> str:
+        modes = [m.strip().lower() for m in value.split(",") if m.strip()]
+        unknown = [m for m in modes if m not in NETWORK_MODES]
+        if unknown:
+            raise ValueError(f"unknown network modes {unknown}: use {', '.join(NETWORK_MODES)}")
+        if not modes:
+            raise ValueError("network_modes names at least one mode")
+        return ",".join(dict.fromkeys(modes))
+
+    @property
+    def allowed_network_modes(self) -> list[str]:
+        return self.network_modes.split(",")
+
+    @property
+    def egress_allowed(self) -> bool:
+        """Whether any allowed mode leaves the host: the internet modes, and the project modes
+        (the project's services are forwarded too). Only airgapped: no forwarding at all."""
+        return any(mode != "airgapped" for mode in self.allowed_network_modes)
+
+    @property
+    def dns_upstream_list(self) -> list[str] | None:
+        found = [a.strip() for a in self.dns_upstreams.split(",") if a.strip()]
+        return found or None
 
     @property
     def host(self) -> str:

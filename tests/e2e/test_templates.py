@@ -188,7 +188,7 @@ def test_oci_layout_child_template_shares_layers_and_tags(
     )
     try:
         assert child.returncode == 0, child.stderr.decode()
-        assert b"RUN steps run offline" in child.stdout
+        assert b"RUN steps run with network mode internet" in child.stdout
         parent = json.loads(daemon.cli("template", "info", "boci:v1", "--json").stdout)
         info = json.loads(daemon.cli("template", "info", "bdev", "--json").stdout)
         assert info["layers"][: len(parent["layers"])] == parent["layers"]

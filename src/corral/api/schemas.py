@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+NetworkModeName = Literal["project_internet", "internet", "project", "airgapped"]
 SandboxState = Literal["creating", "running", "parked", "stopped", "killed", "error"]
 
 
@@ -43,6 +44,54 @@ class SandboxCreate(BaseModel):
     )
     auto_wake: bool = Field(default=False, description="wake on an exec or file call when parked")
     snapshot: str | None = Field(default=None, description="restore from this snapshot")
+    network: NetworkModeName | None = Field(
+        default=None, description="egress mode (default: the workspace's first allowed mode)"
+    )
+    allow: list[str] = Field(default_factory=list, max_length=256, description="egress rules")
+    deny: list[str] = Field(default_factory=list, max_length=256, description="egress rules")
+
+
+class NetworkPolicy(BaseModel):
+    """A sandbox's egress policy (docs/network.md): a mode, allow and deny rules (deny wins)."""
+
+    mode: NetworkModeName
+    allow: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+
+
+class NetworkUpdate(BaseModel):
+    """A live change: each field given replaces that part of the policy; omitted ones stay."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: NetworkModeName | None = None
+    allow: list[str] | None = Field(default=None, max_length=256)
+    deny: list[str] | None = Field(default=None, max_length=256)
+
+
+class NetworkChanged(BaseModel):
+    sandbox_id: str
+    network: NetworkPolicy
+    connections_cut: int = Field(description="open connections the new policy ended")
+
+
+class ProjectService(BaseModel):
+    """A name every sandbox in a project mode resolves, and the port it reaches there."""
+
+    name: str
+    address: str
+    ports: list[int]
+    created_at: float
+
+
+class ProjectServiceCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field(max_length=64, description="IPV4:PORT", examples=["10.1.2.3:5432"])
+
+
+class ProjectServiceList(BaseModel):
+    services: list[ProjectService]
 
 
 class Sandbox(BaseModel):
@@ -66,6 +115,7 @@ class Sandbox(BaseModel):
     parent_id: str | None = None
     image_mib: int = Field(default=0, description="disk taken by its parked memory image")
     pooled: bool = Field(default=False, description="waiting in its template's ready pool")
+    network: NetworkPolicy | None = None
 
 
 class SandboxList(BaseModel):
@@ -265,6 +315,9 @@ class TemplateBuild(BaseModel):
     )
     build_disk_mib: int | None = Field(
         default=None, gt=0, description="disk of the build sandbox (default: the daemon's)"
+    )
+    network: NetworkModeName | None = Field(
+        default=None, description="what RUN steps reach (default: internet)"
     )
 
 

@@ -95,6 +95,12 @@ def print_sandbox(sbx: SandboxInfo) -> None:
         lines.append(("auto park", f"after {sbx.auto_park_idle}s idle"))
     if sbx.auto_wake:
         lines.append(("auto wake", "yes"))
+    if sbx.network is not None:
+        lines.append(("network", sbx.network.mode))
+        if sbx.network.allow:
+            lines.append(("allow", " ".join(sbx.network.allow)))
+        if sbx.network.deny:
+            lines.append(("deny", " ".join(sbx.network.deny)))
     if sbx.parent_id:
         lines.append(("parent", sbx.parent_id))
     if sbx.state == "parked":

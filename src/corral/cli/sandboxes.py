@@ -44,6 +44,13 @@ def new(
     auto_wake: bool = typer.Option(
         False, "--auto-wake", help="Wake a parked sandbox on exec or file calls."
     ),
+    network: str | None = typer.Option(
+        None,
+        "--network",
+        help="project_internet (the default), internet, project or airgapped.",
+    ),
+    allow: list[str] = typer.Option([], "--allow", metavar="RULE", help="Egress allow rule."),
+    deny: list[str] = typer.Option([], "--deny", metavar="RULE", help="Egress deny rule."),
     as_json: bool = typer.Option(False, "--json", help="Print the sandbox as JSON."),
 ) -> None:
     """Create a sandbox (or restore one from --snapshot) and print its id."""
@@ -60,6 +67,9 @@ def new(
         on_timeout=None if on_timeout is OnTimeout.kill else on_timeout.value,
         auto_park_idle=auto_park_idle,
         auto_wake=auto_wake,
+        network=network,
+        allow=allow,
+        deny=deny,
     )
     if as_json:
         print_json(sandbox.last_info.to_dict())

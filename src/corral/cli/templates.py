@@ -74,6 +74,9 @@ def create_template(
     build_disk: int | None = typer.Option(
         None, "--build-disk", help="Disk of the build sandbox in MiB (default: the daemon's)."
     ),
+    network: str | None = typer.Option(
+        None, "--network", help="What RUN steps reach: internet (the default), airgapped, ..."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the result."),
     as_json: bool = typer.Option(False, "--json", help="Print the template as JSON."),
 ) -> None:
@@ -127,6 +130,7 @@ def create_template(
         pool=pool or None,
         step_timeout=step_timeout,
         build_disk_mib=build_disk,
+        network=network,
     )
     if as_json:
         print_json(made.to_dict())

@@ -136,11 +136,17 @@ def create_server(pool: SandboxPool) -> MCPServer[SandboxPool]:
         cpu: float | None = None,
         memory_mib: int | None = None,
         ttl_seconds: int | None = None,
+        network: str | None = None,
     ) -> dict[str, Any]:
-        """Create a new sandbox (killed when this server stops); returns its id and details."""
+        """Create a new sandbox (killed when this server stops); returns its id and details.
+        `network`: project_internet (default), internet, project or airgapped."""
         async with _tool_errors():
             sandbox = await pool.create(
-                template, cpu=cpu, memory_mib=memory_mib, ttl_seconds=ttl_seconds
+                template,
+                cpu=cpu,
+                memory_mib=memory_mib,
+                ttl_seconds=ttl_seconds,
+                network=network,
             )
             return sandbox.last_info.to_dict()
 

@@ -169,9 +169,15 @@ class SlotNetwork:
     """
 
     def __init__(
-        self, prefix: str = "corral", subnet: str = "10.200.0.0/16", *, spare: int = 0
+        self,
+        prefix: str = "corral",
+        subnet: str = "10.200.0.0/16",
+        *,
+        spare: int = 0,
+        egress_uplinks: tuple[str, ...] = (),
     ) -> None:
         self._plan = SlotPlan(prefix, subnet)
+        self._egress_uplinks = egress_uplinks
         self._lock = asyncio.Lock()
         self._leased: dict[int, Slot] = {}
         self._spare: dict[int, Slot] = {}
@@ -402,6 +408,7 @@ class SlotNetwork:
             table=self._plan.table,
             veth_pattern=self._plan.veth_pattern,
             subnet=str(self._plan.subnet),
+            egress_uplinks=self._egress_uplinks,
         )
         firewall.commit(rules.render(), f"network {self._plan.prefix!r}")
 

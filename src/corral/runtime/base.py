@@ -80,6 +80,8 @@ class SandboxSpec:
     annotations: dict[str, str] = field(default_factory=dict)
     writable_root: bool = False
     agent_key: str | None = field(default=None, repr=False)
+    # A host file bind-mounted read-only at /etc/resolv.conf (the sandbox's resolver), or None.
+    resolv_conf: str | None = None
 
 
 class RuntimeStatus(enum.Enum):

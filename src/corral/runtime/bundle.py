@@ -108,6 +108,15 @@ def _tmp_mount(source: str) -> dict[str, Any]:
     }
 
 
+def _resolv_mount(source: str) -> dict[str, Any]:
+    return {
+        "destination": "/etc/resolv.conf",
+        "type": "bind",
+        "source": source,
+        "options": ["bind", "ro", "nosuid", "nodev", "noexec"],
+    }
+
+
 def render_config(
     spec: SandboxSpec,
     *,
@@ -150,6 +159,7 @@ def render_config(
             *_BASE_MOUNTS,
             *([_tmp_mount(tmp_source)] if tmp_source else []),
             *agent_mounts,
+            *([_resolv_mount(spec.resolv_conf)] if spec.resolv_conf else []),
         ],
         "annotations": dict(spec.annotations),
         "linux": {

@@ -6,7 +6,7 @@ Workspace calls (capacity, templates, listing) live here; everything about one s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +20,7 @@ from corral.sdk.config import resolve_api_key, resolve_url
 from corral.sdk.models import (
     Capacity,
     ImportResult,
+    ProjectServiceInfo,
     SandboxInfo,
     SandboxOptions,
     SnapshotInfo,
@@ -151,9 +152,13 @@ class AsyncClient:
     ) -> SandboxInfo:
         body: dict[str, Any] = {"template": template}
         for key, value in options.items():
-            if value is None or value is False or value == {}:
+            if value is None or value is False or value == {} or value == []:
                 continue  # the daemon's default
-            body[key] = dict(value) if isinstance(value, Mapping) else value
+            if isinstance(value, Mapping):
+                value = dict(value)
+            elif isinstance(value, Sequence) and not isinstance(value, str):
+                value = list(value)
+            body[key] = value
         return SandboxInfo.from_wire(
             await self.session.json("POST", "/v1/sandboxes", json_body=body)
         )
@@ -226,6 +231,22 @@ class AsyncClient:
 
     async def untrust_key(self, name: str) -> None:
         await self.session.request("DELETE", f"/v1/trust/{quote(name, safe='')}")
+
+    # -- the project's services (admin) --------------------------------------------------------
+
+    async def services(self) -> list[ProjectServiceInfo]:
+        answer = await self.session.json("GET", "/v1/services")
+        return [ProjectServiceInfo.from_wire(item) for item in answer.get("services", [])]
+
+    async def add_service(self, name: str, target: str) -> ProjectServiceInfo:
+        """Add (or replace) service `name` at `target` (`IPV4:PORT`)."""
+        answer = await self.session.json(
+            "PUT", f"/v1/services/{quote(name, safe='')}", json_body={"target": target}
+        )
+        return ProjectServiceInfo.from_wire(answer)
+
+    async def remove_service(self, name: str) -> None:
+        await self.session.request("DELETE", f"/v1/services/{quote(name, safe='')}")
 
 
 def _snapshot_path(name: str) -> str:

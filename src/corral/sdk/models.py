@@ -8,7 +8,7 @@ so a newer daemon that adds fields does not break an older SDK. `to_dict()` give
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -17,8 +17,11 @@ __all__ = [
     "ExecResult",
     "FileInfo",
     "ImportResult",
+    "NetworkChange",
+    "NetworkPolicy",
     "ProcessEvent",
     "ProcessInfo",
+    "ProjectServiceInfo",
     "ResourceUsage",
     "SandboxInfo",
     "SnapshotInfo",
@@ -56,6 +59,43 @@ class SandboxOptions(TypedDict, total=False):
     on_timeout: str | None
     auto_park_idle: int | None
     auto_wake: bool
+    network: str | None
+    allow: Sequence[str] | None
+    deny: Sequence[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkPolicy(_Wire):
+    """A sandbox's egress: `mode` (project_internet, internet, project, airgapped), then
+    `allow` and `deny` rules (`CIDR[:PORT[-PORT]]`, `project[:PORT]`, a host name); a deny
+    wins over every allow and over the mode (docs/network.md)."""
+
+    mode: str
+    allow: list[str] = field(default_factory=list)
+    deny: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> NetworkPolicy:
+        return cls(
+            mode=str(data.get("mode", "")),
+            allow=[str(rule) for rule in data.get("allow") or []],
+            deny=[str(rule) for rule in data.get("deny") or []],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkChange(_Wire):
+    """The policy a live change left, and how many open connections it cut."""
+
+    network: NetworkPolicy
+    connections_cut: int = 0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> NetworkChange:
+        return cls(
+            network=NetworkPolicy.from_wire(data.get("network") or {}),
+            connections_cut=int(data.get("connections_cut") or 0),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +124,7 @@ class SandboxInfo(_Wire):
     auto_wake: bool = False
     parent_id: str | None = None
     image_mib: int = 0
+    network: NetworkPolicy | None = None
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SandboxInfo:
@@ -105,6 +146,7 @@ class SandboxInfo(_Wire):
             auto_wake=bool(data.get("auto_wake", False)),
             parent_id=data.get("parent_id"),
             image_mib=int(data.get("image_mib") or 0),
+            network=NetworkPolicy.from_wire(data["network"]) if data.get("network") else None,
         )
 
 
@@ -356,6 +398,26 @@ class ImportResult(_Wire):
             sandbox=SandboxInfo.from_wire(sandbox) if sandbox else None,
             snapshot=SnapshotInfo.from_wire(snapshot) if snapshot else None,
             signer=signer.get("name"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectServiceInfo(_Wire):
+    """A project service: sandboxes in a project mode resolve `name` and reach `address`
+    on `ports` (`corral service add`)."""
+
+    name: str
+    address: str
+    ports: list[int] = field(default_factory=list)
+    created_at: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> ProjectServiceInfo:
+        return cls(
+            name=str(data["name"]),
+            address=str(data["address"]),
+            ports=[int(p) for p in data.get("ports") or []],
+            created_at=float(data.get("created_at", 0.0)),
         )
 
 

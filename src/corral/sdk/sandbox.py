@@ -29,6 +29,7 @@ from corral.sdk.models import (
     SandboxOptions,
     SnapshotInfo,
 )
+from corral.sdk.network import AsyncNetwork
 from corral.sdk.process import (
     AsyncProcess,
     EventCallback,
@@ -79,6 +80,7 @@ class AsyncSandbox:
         self._owns_client = owns_client
         self.files = AsyncFiles(self)
         self.pty = AsyncPtys(self)
+        self.network = AsyncNetwork(self)
 
     def __repr__(self) -> str:
         return f"<AsyncSandbox {self.id} {self._info.state}>"

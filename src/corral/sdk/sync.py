@@ -24,8 +24,11 @@ from corral.sdk.models import (
     ExecResult,
     FileInfo,
     ImportResult,
+    NetworkChange,
+    NetworkPolicy,
     ProcessEvent,
     ProcessInfo,
+    ProjectServiceInfo,
     SandboxInfo,
     SandboxOptions,
     SnapshotInfo,
@@ -33,6 +36,7 @@ from corral.sdk.models import (
     TrustedKey,
     WriteResult,
 )
+from corral.sdk.network import AsyncNetwork
 from corral.sdk.process import AsyncProcess, EventCallback, OutputCallback
 from corral.sdk.pty import Ptys
 from corral.sdk.sandbox import AsyncSandbox, _Opening
@@ -122,6 +126,25 @@ class Process:
         portal().call(self._async.kill())
 
 
+class Network:
+    """`sandbox.network`, synchronous. See `AsyncNetwork`."""
+
+    def __init__(self, inner: AsyncNetwork) -> None:
+        self._async = inner
+
+    def get(self) -> NetworkPolicy:
+        return portal().call(self._async.get())
+
+    def update(
+        self,
+        mode: str | None = None,
+        *,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+    ) -> NetworkChange:
+        return portal().call(self._async.update(mode, allow=allow, deny=deny))
+
+
 class Sandbox:
     """One sandbox, synchronous. `with Sandbox.create() as sbx:` kills it on exit.
 
@@ -133,6 +156,7 @@ class Sandbox:
         self.id = inner.id
         self.files = Files(inner.files)
         self.pty = Ptys(inner.pty)
+        self.network = Network(inner.network)
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id}>"
@@ -386,6 +410,15 @@ class Client:
 
     def untrust_key(self, name: str) -> None:
         portal().call(self._async.untrust_key(name))
+
+    def services(self) -> builtins.list[ProjectServiceInfo]:
+        return portal().call(self._async.services())
+
+    def add_service(self, name: str, target: str) -> ProjectServiceInfo:
+        return portal().call(self._async.add_service(name, target))
+
+    def remove_service(self, name: str) -> None:
+        portal().call(self._async.remove_service(name))
 
 
 async def _await(opening: _Opening) -> AsyncSandbox:

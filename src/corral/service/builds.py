@@ -9,7 +9,8 @@ host overlayfs mount (lower: the base image's layers, upper: the new layer) with
 ``SandboxSpec.writable_root`` set, so its writes land in the upper dir. RUN steps are exec'd by the
 in-sandbox agent; COPY streams the uploaded context's files through the agent's file API (the
 sandbox resolves the paths, so a symlink in the image cannot point a copy at the host). The
-sandbox's network slot only links it to the daemon: RUN steps run offline.
+sandbox's network is the build's mode (``BuildPlan.network``, default ``internet``; egress as for
+any sandbox, docs/network.md), which the build's output names before the first RUN step.
 
 The host boundary: a build reads no host path a caller names. COPY sources come from the build
 context the client uploaded (``service/uploads.py``, ``service/build_copy.py``), image archives
@@ -59,6 +60,8 @@ from corral.images.mounts import mount_overlay, unmount
 from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout
 from corral.images.steps import BuildStep
 from corral.network.base import Network, Slot
+from corral.network.policy import EgressPolicy, NetworkMode
+from corral.network.sandbox_net import EgressControl, FakeEgress, write_resolv_conf
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import AgentMount, Resources, Runtime, SandboxSpec
 from corral.runtime.disk import DiskError, create_disk, remove_disk
@@ -101,6 +104,7 @@ class BuildPlan:
     build_args: dict[str, str] = field(default_factory=dict)
     resources: Resources | None = None
     step_timeout: float = 1800.0
+    network: str = "internet"
     uploads: list[str] = field(default_factory=list)
     """Ids of the uploads the build reads; ``start_build`` takes them over into ``owned``."""
     owned: list[Path] = field(default_factory=list)
@@ -121,9 +125,15 @@ class _BuildSandbox:
     """The sandbox that runs a build's filesystem steps, booted on first use."""
 
     def __init__(
-        self, builder: TemplateBuilder, root: Path, config: ImageConfig, resources: Resources
+        self,
+        builder: TemplateBuilder,
+        root: Path,
+        config: ImageConfig,
+        resources: Resources,
+        network: str = "internet",
     ) -> None:
         self._b = builder
+        self.network = network
         self.root = root
         self.config = config
         self.resources = resources
@@ -131,6 +141,7 @@ class _BuildSandbox:
         self.slot: Slot | None = None
         self.client: AgentClient | None = None
         self.started = False
+        self.egress = False
 
     async def agent(self) -> AgentClient:
         if self.client is not None:
@@ -138,6 +149,8 @@ class _BuildSandbox:
         b = self._b
         self.slot = await b.network.lease()
         await b.network.prepare(self.slot)
+        self.egress = True
+        await b.egress.attach(self.sandbox_id, self.slot, EgressPolicy(NetworkMode(self.network)))
         mount = b.agent_mount
         key = new_agent_key()
         spec = SandboxSpec(
@@ -149,6 +162,7 @@ class _BuildSandbox:
             annotations={"corral.build": "1"},
             writable_root=True,
             agent_key=key,
+            resolv_conf=write_resolv_conf(b.settings.data_dir / "network"),
         )
         self.started = True
         await b.runtime.start(spec)
@@ -170,6 +184,12 @@ class _BuildSandbox:
             except Exception as exc:
                 log.error("build sandbox %s: destroying it failed: %s", self.sandbox_id, exc)
             self.started = False
+        if self.egress:
+            try:
+                await b.egress.detach(self.sandbox_id)
+            except Exception as exc:
+                log.error("build sandbox %s: stopping its egress failed: %s", self.sandbox_id, exc)
+            self.egress = False
         if self.slot is not None:
             with contextlib.suppress(Exception):
                 await b.network.release(self.slot)
@@ -195,6 +215,7 @@ class TemplateBuilder:
         self.network = network
         self.agent_mount = agent_mount
         self.connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
+        self.egress: EgressControl = FakeEgress()  # the workspace gives the sandboxes' own
         # Run after a build commits and before it reports done (warm templates); an exception
         # fails the build and ``rollback`` removes the committed records.
         self.finish: Callable[[TemplateRecord, list[str], Any], Awaitable[None]] | None = None
@@ -318,9 +339,9 @@ class TemplateBuilder:
                     work=disk / "work",
                 )
                 mounted = True
-                sandbox = _BuildSandbox(self, merged, config, resources)
+                sandbox = _BuildSandbox(self, merged, config, resources, plan.network)
                 if any(step.kind == "run" for step in plan.steps):
-                    await say("RUN steps run offline: build sandboxes have no network")
+                    await say(f"RUN steps run with network mode {plan.network}")
             for i, step in enumerate(plan.steps, 1):
                 index = i
                 await handle.emit(

@@ -37,7 +37,9 @@ __all__ = [
     "walk_image",
 ]
 
-PRUNE = (b"/proc", b"/sys", b"/dev", b"/.corral", b"/run")
+# /etc/resolv.conf: a read-only bind mount of the daemon's (the sandbox's resolver), not a file
+# of the sandbox: never captured, never written back.
+PRUNE = (b"/proc", b"/sys", b"/dev", b"/.corral", b"/run", b"/etc/resolv.conf")
 MAX_PATH = 4096
 MAX_NAME = 255
 MAX_LISTING_BYTES = 64 << 20
@@ -48,7 +50,7 @@ LIST_SCRIPT = r"""
 import os, stat, sys
 limit = int(sys.argv[1]) + 1
 out = sys.stdout.buffer
-prune = {b"/proc", b"/sys", b"/dev", b"/.corral", b"/run"}
+prune = {b"/proc", b"/sys", b"/dev", b"/.corral", b"/run", b"/etc/resolv.conf"}
 root_dev = os.lstat(b"/").st_dev
 stack = [b"/"]
 count = 0
@@ -223,7 +225,7 @@ def compare(entries: list[Entry], image: dict[bytes, Entry]) -> tuple[list[bytes
     deleted: list[bytes] = []
     gone_dirs: set[bytes] = set()
     for path in sorted(image):
-        if path in present:
+        if path in present or _pruned(path):
             continue
         parent = path.rsplit(b"/", 1)[0]
         ancestors = set()

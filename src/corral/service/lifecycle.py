@@ -291,6 +291,7 @@ class LifecycleService:
                     auto_wake=source.auto_wake,
                     parent_id=source.id,
                     last_active_at=now,
+                    network=source.network,
                 )
                 for _ in range(count)
             ]

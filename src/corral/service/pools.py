@@ -110,6 +110,8 @@ class PoolService:
             request.cpu in (None, template.cpu)
             and request.memory_mib in (None, template.memory_mib)
             and request.disk_mib in (None, template.disk_mib)
+            and self.sb.build_policy(request.network, request.allow, request.deny)
+            == self.sb.default_policy()  # pooled sandboxes run the default policy
         )
         if not wanted:
             return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import ipaddress
 import logging
 import os
 import secrets
@@ -37,6 +38,8 @@ from pathlib import Path
 
 from corral.config import Settings
 from corral.network.base import Network, Slot
+from corral.network.policy import EgressPolicy, NetworkMode, PolicyError
+from corral.network.sandbox_net import EgressControl, FakeEgress, Names, write_resolv_conf
 from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import (
@@ -106,6 +109,10 @@ class CreateRequest:
     on_timeout: str = "kill"
     auto_park_idle: int | None = None
     auto_wake: bool = False
+    # Egress (docs/network.md): a mode (None: the workspace's default) and rule texts.
+    network: str | None = None
+    allow: list[str] = field(default_factory=list)
+    deny: list[str] = field(default_factory=list)
 
 
 def require_state(record: SandboxRecord, action: str, *allowed: str) -> None:
@@ -138,8 +145,11 @@ class SandboxService:
         templates: TemplateService,
         agent: AgentMount,
         connect_agent: Callable[[str, Slot], AgentClient] | None = None,
+        egress: EgressControl | None = None,
     ) -> None:
         self.settings = settings
+        self.egress: EgressControl = egress or FakeEgress()
+        self._names: dict[str, Names] = {}  # resolved names of parked sandboxes
         self.db = db
         self.runtime = runtime
         self.network = network
@@ -269,6 +279,96 @@ class SandboxService:
             )
         return SandboxUnavailable(f"sandbox {sandbox_id}: its agent did not answer ({exc})")
 
+    # --------------------------------------------------------------------------- network
+    def check_mode(self, mode: NetworkMode) -> None:
+        allowed = self.settings.allowed_network_modes
+        if mode.value not in allowed:
+            raise InvalidRequest(
+                f"network mode {mode.value!r} is not allowed in this workspace "
+                f"(allowed: {', '.join(allowed)}); ask an admin or pick another mode"
+            )
+
+    def build_policy(
+        self, mode: str | None, allow: Iterable[str] = (), deny: Iterable[str] = ()
+    ) -> EgressPolicy:
+        """A policy from caller input (InvalidRequest naming what is wrong), in an allowed mode."""
+        try:
+            policy = EgressPolicy.build(
+                mode or self.settings.allowed_network_modes[0], list(allow), list(deny)
+            )
+        except PolicyError as exc:
+            raise InvalidRequest(f"invalid network policy: {exc}") from exc
+        self.check_mode(policy.mode)
+        return policy
+
+    def policy_of(self, record: SandboxRecord) -> EgressPolicy:
+        """The stored policy; a record made before policies were stored (or a corrupt one)
+        reaches nothing, as such sandboxes always did."""
+        if record.network:
+            try:
+                return EgressPolicy.loads(record.network)
+            except PolicyError as exc:
+                log.error("sandbox %s: its stored network policy is unreadable: %s", record.id, exc)
+        return EgressPolicy(NetworkMode.AIRGAPPED)
+
+    def network_subnet(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.settings.network_subnet)
+
+    def default_policy(self) -> EgressPolicy:
+        return self.build_policy(None)
+
+    async def set_network(
+        self,
+        sandbox_id: str,
+        *,
+        mode: str | None = None,
+        allow: Iterable[str] | None = None,
+        deny: Iterable[str] | None = None,
+    ) -> tuple[SandboxRecord, int]:
+        """Change a sandbox's policy: each part given replaces that part, the others stay.
+        Applied at once to a running sandbox (returns how many connections were cut); a parked
+        one gets it when it wakes."""
+        async with self.lock(sandbox_id):
+            record = self.get(sandbox_id)
+            require_state(record, "change the network of", "running", "parked")
+            current = self.policy_of(record).to_json()
+            policy = self.build_policy(
+                mode or current["mode"],
+                current["allow"] if allow is None else allow,
+                current["deny"] if deny is None else deny,
+            )
+            record = self.db.sandboxes.update(sandbox_id, network=policy.dumps())
+            cut = 0
+            slot = self._slots.get(sandbox_id)
+            if record.state == "running" and slot is not None:
+                try:
+                    if self.egress.attached(sandbox_id):
+                        cut = await self.egress.update(sandbox_id, policy)
+                    else:  # its egress failed to come back (adoption): this brings it back
+                        await self.egress.attach(sandbox_id, slot, policy)
+                except Exception as exc:
+                    raise OperationFailed(
+                        f"applying the network policy of sandbox {sandbox_id} failed: {exc}; "
+                        "the new policy is stored, try again"
+                    ) from exc
+            log.info("sandbox %s: network now %s (%d flows cut)", sandbox_id, policy.dumps(), cut)
+            return record, cut
+
+    async def _attach_egress(self, record: SandboxRecord, slot: Slot) -> None:
+        names = self._names.pop(record.id, None)
+        if names is None and record.parent_id:
+            names = self.egress.names(record.parent_id)
+        await self.egress.attach(record.id, slot, self.policy_of(record), names)
+
+    async def _detach_egress(self, sandbox_id: str) -> None:
+        try:
+            await self.egress.detach(sandbox_id)
+        except Exception as exc:
+            log.error("sandbox %s: stopping its egress failed: %s", sandbox_id, exc)
+
+    def resolv_conf(self) -> str:
+        return write_resolv_conf(self.settings.data_dir / "network")
+
     # ---------------------------------------------------------------------------- create
     def resolve(self, request: CreateRequest) -> tuple[float, int, int, float | None]:
         """Resources and expiry for a request, or InvalidRequest naming every problem."""
@@ -300,6 +400,10 @@ class SandboxService:
             problems.append(f"on_timeout must be one of {', '.join(TIMEOUT_ACTIONS)}")
         if request.auto_park_idle is not None and request.auto_park_idle <= 0:
             problems.append("auto_park_idle must be a positive number of seconds")
+        try:
+            self.build_policy(request.network, request.allow, request.deny)
+        except InvalidRequest as exc:
+            problems.append(exc.message)
         if problems:
             raise InvalidRequest("invalid sandbox request: " + "; ".join(problems))
         expires = time.time() + ttl if ttl else None
@@ -405,6 +509,7 @@ class SandboxService:
             auto_wake=request.auto_wake,
             parent_id=parent_id,
             last_active_at=time.time(),
+            network=self.build_policy(request.network, request.allow, request.deny).dumps(),
         )
 
     async def launch(
@@ -507,6 +612,7 @@ class SandboxService:
             netns_path=slot.netns_path,
             annotations={"corral.template": record.template},
             agent_key=agent_key,
+            resolv_conf=self.resolv_conf(),
         )
 
     async def boot(
@@ -533,6 +639,7 @@ class SandboxService:
             slot = await self.network.lease()
             self.db.sandboxes.update(record.id, slot_index=slot.index)
             await self.network.prepare(slot)
+            await self._attach_egress(record, slot)
             if image_dir is None or old_key is None:
                 key = self.keys.issue(record.id)
                 await self.runtime.start(self.spec_for(record, rootfs, slot, env, key))
@@ -572,6 +679,10 @@ class SandboxService:
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.aclose()
+        try:
+            self._names[sandbox_id] = await self.egress.detach(sandbox_id)
+        except Exception as exc:
+            log.error("sandbox %s: stopping its egress failed: %s", sandbox_id, exc)
         return self._slots.pop(sandbox_id, None)
 
     async def release_slot(self, sandbox_id: str, slot: Slot) -> None:
@@ -599,6 +710,10 @@ class SandboxService:
             with contextlib.suppress(Exception):
                 await self.network.release(slot)
             return False
+        try:
+            await self._attach_egress(record, slot)
+        except Exception as exc:  # it keeps running, reaching nothing until its policy is set
+            log.error("sandbox %s: re-applying its network policy failed: %s", record.id, exc)
         self._slots[record.id] = slot
         client = self._connect_agent(record.id, slot)
         client.set_key(key)
@@ -700,6 +815,8 @@ class SandboxService:
             await self.runtime.destroy(sandbox_id)
         except Exception as exc:
             log.error("sandbox %s: destroying runtime failed: %s", sandbox_id, exc)
+        await self._detach_egress(sandbox_id)
+        self._names.pop(sandbox_id, None)
         slot = self._slots.pop(sandbox_id, None) or slot
         if slot is None and slot_index is not None:
             with contextlib.suppress(Exception):

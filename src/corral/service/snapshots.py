@@ -309,6 +309,14 @@ class SnapshotService:
         request.cpu = request.cpu or snapshot.cpu
         if request.secret_env:
             raise InvalidRequest("secret env cannot be given to a sandbox restored from memory")
+        source = self.db.sandboxes.get(snapshot.source_id) if snapshot.source_id else None
+        if source is not None and request.network is None and not (request.allow or request.deny):
+            stored = self.sb.policy_of(source).to_json()  # the source's rules come back with it
+            request.network, request.allow, request.deny = (
+                stored["mode"],
+                stored["allow"],
+                stored["deny"],
+            )
         cpu, memory, disk, expires = self.sb.resolve(request)
         record = self.sb.new_record(
             request,

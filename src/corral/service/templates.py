@@ -109,7 +109,9 @@ class BuildRequest:
         tags: builtins.list[str] | None = None,
         step_timeout: float | None = None,
         build_disk_mib: int | None = None,
+        network: str | None = None,
     ) -> None:
+        self.network = network
         self.name = name
         self.base = base
         self.steps = list(steps or [])
@@ -413,6 +415,13 @@ class TemplateService:
         timeout = s.build_step_timeout if request.step_timeout is None else request.step_timeout
         if timeout <= 0:
             raise InvalidRequest("step_timeout must be a positive number of seconds")
+        allowed = s.allowed_network_modes
+        network = request.network or ("internet" if "internet" in allowed else allowed[0])
+        if network not in s.allowed_network_modes:
+            raise InvalidRequest(
+                f"network mode {network!r} is not allowed in this workspace (allowed: "
+                f"{', '.join(s.allowed_network_modes)}); build with --network MODE"
+            )
         builder = self.builder
         resources = getattr(builder, "resources", None)
         return BuildPlan(
@@ -426,6 +435,7 @@ class TemplateService:
             build_args=dict(request.build_args),
             resources=resources(disk) if resources is not None else None,
             step_timeout=float(timeout),
+            network=network,
             uploads=uploads,
         )
 

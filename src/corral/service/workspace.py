@@ -15,6 +15,7 @@ from corral.at_rest import secure_data_dir
 from corral.config import Settings
 from corral.images import ImageStore
 from corral.network.base import Network, Slot
+from corral.network.sandbox_net import EgressControl
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
@@ -23,6 +24,7 @@ from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.pools import PoolService
 from corral.service.processes import ProcessService
+from corral.service.project_services import ProjectServices
 from corral.service.sandboxes import SandboxService
 from corral.service.snapshots import SnapshotService
 from corral.service.templates import TemplateService
@@ -52,6 +54,7 @@ class Workspace:
     transfer: TransferService
     trust: TrustService
     pools: PoolService
+    services: ProjectServices
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
@@ -62,14 +65,18 @@ class Workspace:
         network: Network,
         agent: AgentMount,
         connect_agent: Callable[[str, Slot], AgentClient] | None = None,
+        egress: EgressControl | None = None,
     ) -> Workspace:
         secure_data_dir(settings.data_dir)
         db = Database(settings.db_path)
         images = ImageStore(settings.images_dir)
         templates = TemplateService(db, images, settings)
-        sandboxes = SandboxService(settings, db, runtime, network, templates, agent, connect_agent)
+        sandboxes = SandboxService(
+            settings, db, runtime, network, templates, agent, connect_agent, egress
+        )
         templates.store.set_mount_points(
-            (dest, os.path.isdir(source)) for source, dest in agent.mounts
+            [(dest, os.path.isdir(source)) for source, dest in agent.mounts]
+            + [("/etc/resolv.conf", False)]  # the sandbox resolver's config (spec_for)
         )
         templates.builder = TemplateBuilder(
             settings, templates.store, runtime, network, agent, connect_agent
@@ -80,6 +87,7 @@ class Workspace:
         pools = PoolService(sandboxes)
         trust = TrustService(db, settings.signing_key_path)
         sandboxes.pool_hook = pools.claim
+        templates.builder.egress = sandboxes.egress
         templates.builder.finish = warm.warm
         templates.builder.rollback = templates.forget
         templates.builder.hold = sandboxes.hold
@@ -98,12 +106,15 @@ class Workspace:
             transfer=TransferService(sandboxes, lifecycle, snapshots, trust),
             trust=trust,
             pools=pools,
+            services=ProjectServices(sandboxes),
         )
 
     @classmethod
     def open(cls, settings: Settings) -> Workspace:
         """Wire the real runtime (gVisor) and network (slots) for ``settings``."""
+        from corral.network import egress as host_egress
         from corral.network.conflicts import check_subnet_free
+        from corral.network.sandbox_net import SlotEgressControl
         from corral.network.slots import SlotNetwork
         from corral.runtime.gvisor import GVisorRuntime
         from corral.runtime.inject import host_agent_mount
@@ -115,13 +126,24 @@ class Workspace:
             platform=settings.runsc_platform,
             console_kib=settings.console_log_kib,
         )
+        uplinks: tuple[str, ...] = ()
+        if settings.egress_allowed:  # forwarding and masquerade only if some mode needs them
+            named = tuple(n.strip() for n in settings.egress_uplinks.split(",") if n.strip())
+            uplinks = named or host_egress.uplink_interfaces()
         network = SlotNetwork(
-            prefix=settings.network_prefix, subnet=settings.network_subnet, spare=SPARE_SLOTS
+            prefix=settings.network_prefix,
+            subnet=settings.network_subnet,
+            spare=SPARE_SLOTS,
+            egress_uplinks=uplinks,
+        )
+        egress = SlotEgressControl(
+            network, upstreams=settings.dns_upstream_list, internet=settings.egress_allowed
         )
         agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
-        workspace = cls.build(settings, runtime, network, agent)
+        workspace = cls.build(settings, runtime, network, agent, egress=egress)
 
         async def close_network() -> None:
+            await egress.close()
             # Sandboxes left running keep their slots and the host rules that fence them in;
             # with none left, nothing of the daemon's may stay in the host's network.
             if network.leased:
@@ -138,6 +160,7 @@ class Workspace:
         self.api_keys.ensure_admin_key(self.settings.admin_key_path)
         self.trust.start()
         self.templates.sync()
+        self.services.start()
         await self.snapshots.start()
         await self.lifecycle.start()
         await self.pools.start()

@@ -33,6 +33,19 @@ class SandboxRecord:
     parent_id: str | None = None
     last_active_at: float | None = None
     pooled: bool = False
+    # The egress policy (``EgressPolicy.dumps``); None: the default mode, no rules.
+    network: str | None = None
+
+
+@dataclass(frozen=True)
+class ProjectServiceRecord:
+    """A service of the project: sandboxes in a project mode resolve ``name`` to ``address``
+    and reach it on ``ports``."""
+
+    name: str
+    address: str
+    ports: list[int]
+    created_at: float
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ def _record(row: SandboxRow) -> SandboxRecord:
         parent_id=row.parent_id,
         last_active_at=row.last_active_at,
         pooled=bool(row.pooled),
+        network=row.network,
     )
 
 
@@ -75,6 +76,7 @@ class SandboxRepository:
                     parent_id=record.parent_id,
                     last_active_at=record.last_active_at,
                     pooled=record.pooled,
+                    network=record.network,
                 )
             )
 

@@ -40,6 +40,8 @@ class SandboxRow(Base):
     last_active_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # 0004: a ready sandbox waiting in its template's pool
     pooled: Mapped[bool] = mapped_column(Boolean, default=False)
+    # 0006: the egress policy, JSON text (network/policy.py)
+    network: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ApiKeyRow(Base):
@@ -117,4 +119,15 @@ class TrustedKeyRow(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     public_key: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ProjectServiceRow(Base):
+    """0006: a service of the project, a name every sandbox in a project mode resolves."""
+
+    __tablename__ = "project_services"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    address: Mapped[str] = mapped_column(String(15))
+    ports: Mapped[list[int]] = mapped_column(JSON, default=list)
     created_at: Mapped[float] = mapped_column(Float)

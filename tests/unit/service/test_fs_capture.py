@@ -87,3 +87,11 @@ def test_compare_finds_changes_and_deletions_without_touching_the_host() -> None
     changed, deleted = compare(listing, image)
     assert changed == [b"/etc/b", b"/etc/link"]
     assert deleted == [b"/opt"]  # its children are gone with it
+
+
+def test_the_resolver_config_is_never_captured() -> None:
+    from corral.service.fs_capture import Entry, compare
+
+    image = {b"/etc/resolv.conf": Entry(b"f", 1, 1, b"/etc/resolv.conf")}
+    listed = [Entry(b"f", 40, 2, b"/etc/resolv.conf")]  # the read-only bind mount differs
+    assert compare(listed, image) == ([], [])

@@ -36,7 +36,14 @@ def to_schema(record: SandboxRecord) -> schemas.Sandbox:
         parent_id=record.parent_id,
         image_mib=record.image_mib,
         pooled=record.pooled,
+        network=network_of(record),
     )
+
+
+def network_of(record: SandboxRecord) -> schemas.NetworkPolicy:
+    if not record.network:
+        return schemas.NetworkPolicy(mode="airgapped")
+    return schemas.NetworkPolicy.model_validate_json(record.network)
 
 
 @router.post("", operation_id="create_sandbox", status_code=201, response_model=schemas.Sandbox)
@@ -53,6 +60,9 @@ async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schem
         on_timeout=body.on_timeout,
         auto_park_idle=body.auto_park_idle,
         auto_wake=body.auto_wake,
+        network=body.network,
+        allow=body.allow,
+        deny=body.deny,
     )
     if body.snapshot is not None:
         return to_schema(await ws.snapshots.restore(body.snapshot, request))
@@ -131,3 +141,19 @@ async def fork_sandbox(
 )
 async def export_sandbox(sandbox_id: str, ws: WorkspaceDep) -> StreamingResponse:
     return StreamingResponse(ws.transfer.export_sandbox(sandbox_id), media_type="application/x-tar")
+
+
+@router.put(
+    "/{sandbox_id}/network",
+    operation_id="set_sandbox_network",
+    response_model=schemas.NetworkChanged,
+)
+async def set_sandbox_network(
+    sandbox_id: str, body: schemas.NetworkUpdate, sandboxes: SandboxesDep
+) -> schemas.NetworkChanged:
+    record, cut = await sandboxes.set_network(
+        sandbox_id, mode=body.mode, allow=body.allow, deny=body.deny
+    )
+    return schemas.NetworkChanged(
+        sandbox_id=record.id, network=network_of(record), connections_cut=cut
+    )

@@ -98,6 +98,7 @@ async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Respo
             tags=body.tags,
             step_timeout=body.step_timeout,
             build_disk_mib=body.build_disk_mib,
+            network=body.network,
         )
     )
     assert isinstance(handle, BuildHandle)

@@ -1,0 +1,36 @@
+"""The project's services (admin only): names sandboxes in a project mode resolve."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+
+from corral.api import schemas
+from corral.api.deps import WorkspaceDep
+from corral.api.routes.trust import require_admin
+from corral.storage import ProjectServiceRecord
+
+router = APIRouter(prefix="/v1/services", tags=["services"], dependencies=[Depends(require_admin)])
+
+
+def service_schema(record: ProjectServiceRecord) -> schemas.ProjectService:
+    return schemas.ProjectService(
+        name=record.name, address=record.address, ports=record.ports, created_at=record.created_at
+    )
+
+
+@router.get("", operation_id="list_services", response_model=schemas.ProjectServiceList)
+async def list_services(ws: WorkspaceDep) -> schemas.ProjectServiceList:
+    return schemas.ProjectServiceList(services=[service_schema(r) for r in ws.services.list()])
+
+
+@router.put("/{name}", operation_id="put_service", response_model=schemas.ProjectService)
+async def put_service(
+    name: str, body: schemas.ProjectServiceCreate, ws: WorkspaceDep
+) -> schemas.ProjectService:
+    return service_schema(await ws.services.add(name, body.target))
+
+
+@router.delete("/{name}", operation_id="remove_service", status_code=204)
+async def remove_service(name: str, ws: WorkspaceDep) -> Response:
+    await ws.services.remove(name)
+    return Response(status_code=204)

@@ -1,0 +1,221 @@
+"""Egress of live sandboxes: the one place that drives the per-slot egress table, the resolver
+and the proxy together (``egress``, ``resolver``, ``proxy``) for the service layer.
+
+``EgressControl`` is the Protocol the service uses; ``SlotEgressControl`` the real one (over a
+``SlotNetwork``'s slots), ``FakeEgress`` an in-memory one for unit tests.
+
+Lifecycle of one sandbox: ``attach`` after its slot is prepared (start, wake, restore, fork,
+adopt), ``update`` for a live policy change, ``detach`` before its slot is released (park, kill,
+failure). A slot without ``attach`` reaches nothing but the daemon's control link. ``attach`` is
+idempotent: a second call re-commits the policy.
+
+Resolved names (what the proxy lets name rules through to) travel with the sandbox: ``detach``
+returns them, ``attach`` takes them back (a wake or fork continues with the answers its memory
+may still cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from corral.network import egress, slots
+from corral.network.base import INNER_GATEWAY, Slot
+from corral.network.egress import EgressContext, SlotEgress
+from corral.network.policy import EgressPolicy, ProjectService
+from corral.network.proxy import EgressProxy
+from corral.network.resolver import SandboxResolver
+from corral.network.sandbox_egress import SandboxEgress
+
+__all__ = ["EgressControl", "FakeEgress", "Names", "SlotEgressControl", "write_resolv_conf"]
+
+log = logging.getLogger(__name__)
+
+Names = list[tuple[str, str, float]]
+PROXY_PORT = 15001
+
+
+def write_resolv_conf(directory: Path) -> str:
+    """The host file bind-mounted read-only at every sandbox's /etc/resolv.conf: the
+    sandbox's own resolver on its slot's gateway (written when missing or different)."""
+    path = directory / "resolv.conf"
+    text = f"nameserver {INNER_GATEWAY}\noptions timeout:2 attempts:2\n"
+    if not path.is_file() or path.read_text() != text:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    return str(path)
+
+
+class EgressControl(Protocol):
+    async def attach(
+        self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None
+    ) -> None: ...
+
+    async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
+        """Apply a new policy to an attached sandbox; returns how many flows were cut."""
+        ...
+
+    async def detach(self, sandbox_id: str) -> Names: ...
+
+    def names(self, sandbox_id: str) -> Names: ...
+
+    def attached(self, sandbox_id: str) -> bool: ...
+
+    def set_services(self, services: tuple[ProjectService, ...]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class _Attached:
+    slot: Slot
+    box: SandboxEgress
+
+
+class SlotEgressControl:
+    """The real ``EgressControl``. ``upstreams``: the resolvers the sandboxes' DNS is forwarded
+    to. ``internet``: whether any sandbox may use an internet mode (then the daemon's namespace
+    forwards IPv4, once, at the first attach)."""
+
+    def __init__(
+        self,
+        network: slots.SlotNetwork,
+        *,
+        upstreams: list[str] | None = None,
+        internet: bool = True,
+    ) -> None:
+        self._network = network
+        self._internet = internet
+        self._resolver = SandboxResolver(upstreams)
+        self._proxy = EgressProxy()
+        self._attached: dict[str, _Attached] = {}
+        self._host_addresses: tuple[str, ...] | None = None
+        self._services: tuple[ProjectService, ...] = ()
+        self._start_lock = asyncio.Lock()
+
+    def set_services(self, services: tuple[ProjectService, ...]) -> None:
+        """The project's services, for sandboxes attached or updated from now on."""
+        self._services = services
+
+    async def _context(self) -> EgressContext:
+        async with self._start_lock:
+            if self._host_addresses is None:
+                if self._internet:
+                    await asyncio.to_thread(egress.enable_host_forwarding)
+                self._host_addresses = await asyncio.to_thread(egress.host_ipv4_addresses)
+        return EgressContext(
+            str(self._network.plan.subnet),
+            host_addresses=self._host_addresses,
+            services=self._services,
+            proxy_port=PROXY_PORT,
+        )
+
+    async def _apply(self, slot: Slot, policy: EgressPolicy, ctx: EgressContext) -> int:
+        plan = self._network.plan
+        layout = plan.layout(slot.index)
+        rules = SlotEgress(
+            plan.table, slots.UPLINK, slots.DOWNLINK, layout.slot_address, policy, ctx
+        )
+        return await asyncio.to_thread(
+            egress.apply_slot_egress, layout.slot_ns, rules, layout.host_side_address
+        )
+
+    async def attach(
+        self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None
+    ) -> None:
+        ctx = await self._context()
+        await self._apply(slot, policy, ctx)
+        current = self._attached.get(sandbox_id)
+        if current is not None and current.slot == slot:
+            current.box.update(policy, ctx)
+            self._proxy.recheck(sandbox_id)
+            return
+        if current is not None:
+            await self.detach(sandbox_id)
+        layout = self._network.plan.layout(slot.index)
+        box = SandboxEgress(sandbox_id, layout.slot_ns, policy, ctx)
+        if names:
+            box.names.load(names)
+        try:
+            await self._resolver.serve(box)
+            await self._proxy.serve(box)
+        except BaseException:
+            await self._resolver.stop(sandbox_id)
+            await self._proxy.stop(sandbox_id)
+            raise
+        self._attached[sandbox_id] = _Attached(slot, box)
+
+    async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
+        attached = self._attached.get(sandbox_id)
+        if attached is None:
+            return 0
+        ctx = await self._context()
+        attached.box.update(policy, ctx)
+        cut = await self._apply(attached.slot, policy, ctx)
+        return cut + self._proxy.recheck(sandbox_id)
+
+    def names(self, sandbox_id: str) -> Names:
+        attached = self._attached.get(sandbox_id)
+        return attached.box.names.export() if attached else []
+
+    def attached(self, sandbox_id: str) -> bool:
+        return sandbox_id in self._attached
+
+    async def detach(self, sandbox_id: str) -> Names:
+        attached = self._attached.pop(sandbox_id, None)
+        if attached is None:
+            return []
+        names = attached.box.names.export()
+        await self._proxy.stop(sandbox_id)
+        await self._resolver.stop(sandbox_id)
+        return names
+
+    async def close(self) -> None:
+        await self._proxy.close()
+        await self._resolver.close()
+        self._attached.clear()
+
+
+@dataclass
+class FakeEgress:
+    """Records what the service asked for: ``policies`` of the attached sandboxes."""
+
+    policies: dict[str, EgressPolicy] = field(default_factory=dict)
+    slots: dict[str, int] = field(default_factory=dict)
+    saved: dict[str, Names] = field(default_factory=dict)
+    services: tuple[ProjectService, ...] = ()
+
+    async def attach(
+        self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None
+    ) -> None:
+        self.policies[sandbox_id] = policy
+        self.slots[sandbox_id] = slot.index
+
+    async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
+        if sandbox_id in self.policies:
+            self.policies[sandbox_id] = policy
+        return 0
+
+    def names(self, sandbox_id: str) -> Names:
+        return list(self.saved.get(sandbox_id, []))
+
+    def attached(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.policies
+
+    async def detach(self, sandbox_id: str) -> Names:
+        self.policies.pop(sandbox_id, None)
+        self.slots.pop(sandbox_id, None)
+        return self.names(sandbox_id)
+
+    def set_services(self, services: tuple[ProjectService, ...]) -> None:
+        self.services = services
+
+    async def close(self) -> None:
+        self.policies.clear()
