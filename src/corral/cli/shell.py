@@ -12,12 +12,15 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
 from corral.cli._state import client, parse_pairs
-from corral.sdk import CorralError
-from corral.sdk.pty import Pty
+from corral.sdk.errors import CorralError
+
+if TYPE_CHECKING:  # the SDK's stream machinery loads when the verb runs, not for --help
+    from corral.sdk.pty import Pty
 
 __all__ = ["shell"]
 
