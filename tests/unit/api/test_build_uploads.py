@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from corral.api.app import create_app
 from corral.runtime.base import Resources
 from corral.service.errors import CapacityExceeded
 from tests.unit.conftest import Harness
-
-
-@pytest.fixture
-async def client(harness: Harness) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(harness.workspace, manage_lifespan=False)
-    key = (harness.settings.admin_key_path).read_text().strip()
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://corral", headers={"Authorization": f"Bearer {key}"}
-    ) as c:
-        yield c
 
 
 def tar_of(**files: bytes) -> bytes:

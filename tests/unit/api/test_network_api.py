@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
-import pytest
 
-from corral.api.app import create_app
 from tests.unit.conftest import Harness
-
-
-@pytest.fixture
-async def client(harness: Harness) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(harness.workspace, manage_lifespan=False)
-    key = (harness.settings.admin_key_path).read_text().strip()
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://corral", headers={"Authorization": f"Bearer {key}"}
-    ) as c:
-        yield c
 
 
 async def test_policy_on_create_and_live_replace(client: httpx.AsyncClient) -> None:
