@@ -15,9 +15,7 @@ from tests.integration.network.egress_lab import (
     OTHER,
     WEB,
     Lab,
-    leftovers,
-    new_prefix,
-    sweep,
+    built_lab,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -25,15 +23,8 @@ pytestmark = [pytest.mark.integration]
 
 @pytest.fixture
 async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
-    prefix = new_prefix()
-    made = Lab(prefix, tmp_path)
-    try:
-        await made.build(slot_count=1)
+    async with built_lab(tmp_path, slot_count=1) as made:
         yield made
-    finally:
-        await made.close()
-        sweep(prefix)
-        assert leftovers(prefix) == []
 
 
 async def raw_exchange(lab: Lab, address: str, port: int, data: bytes) -> bytes:

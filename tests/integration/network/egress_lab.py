@@ -23,7 +23,7 @@ import socket
 import ssl
 import struct
 import subprocess
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -496,3 +496,18 @@ def new_prefix() -> str:
 def leftovers(prefix: str) -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(f"{prefix}-")]
+
+
+@contextlib.asynccontextmanager
+async def built_lab(tmp_path: Path, slot_count: int = 2) -> AsyncIterator[Lab]:
+    """A lab of ``slot_count`` slots under a fresh prefix, torn down after, and checked to have
+    left no namespace, veth or nft table behind (swept either way)."""
+    prefix = new_prefix()
+    made = Lab(prefix, tmp_path)
+    try:
+        await made.build(slot_count=slot_count)
+        yield made
+    finally:
+        await made.close()
+        sweep(prefix)
+        assert leftovers(prefix) == []

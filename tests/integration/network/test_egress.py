@@ -26,11 +26,9 @@ from .egress_lab import (
     SERVICE,
     WEB,
     Lab,
+    built_lab,
     in_netns_socket,
-    leftovers,
-    new_prefix,
     request,
-    sweep,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -38,15 +36,8 @@ pytestmark = [pytest.mark.integration]
 
 @pytest.fixture
 async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
-    prefix = new_prefix()
-    made = Lab(prefix, tmp_path)
-    try:
-        await made.build()
+    async with built_lab(tmp_path) as made:
         yield made
-    finally:
-        await made.close()
-        sweep(prefix)
-        assert leftovers(prefix) == []
 
 
 def policy(mode: str, allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()) -> EgressPolicy:
