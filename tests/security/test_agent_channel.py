@@ -20,9 +20,11 @@ import ast
 import ipaddress
 import json
 import secrets
+import shutil
 import sqlite3
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,9 +46,15 @@ SUBNETS: dict[str, str] = {}  # the slot subnet of each test daemon, by its netw
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     prefix = "ca" + secrets.token_hex(2)
     SUBNETS[prefix] = free_subnet()
-    data_dir = tmp_path_factory.mktemp("agentauth") / "data"
-    with running_daemon(data_dir, prefix, subnet=SUBNETS[prefix]) as daemon:
-        yield daemon
+    # Parents that uid 65534 may traverse (pytest's own temp dir is 0700): then only the data
+    # dir's own modes can keep it out, and the greps below as 65534 test those.
+    parent = Path(tempfile.mkdtemp(prefix="corral-agentauth-", dir="/var/tmp"))
+    try:
+        parent.chmod(0o711)
+        with running_daemon(parent / "data", prefix, subnet=SUBNETS[prefix]) as daemon:
+            yield daemon
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -285,6 +293,8 @@ def test_secret_env_values_are_written_to_no_file(daemon: Daemon) -> None:
             assert sbx.exec("echo $SECRET_VALUE").stdout == f"{value}\n"
             places = [daemon.data_dir, *runsc_state_dirs()]
             assert grep(places, value) == []
+            reach = subprocess.run([*NOBODY, "test", "-e", str(daemon.data_dir)])
+            assert reach.returncode == 0  # 65534 gets as far as the data dir itself
             assert grep(places, value, as_nobody=True) == []
             config = next((daemon.data_dir / "sandboxes" / sbx.id).rglob("config.json"))
             assert value not in config.read_text()
