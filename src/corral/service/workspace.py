@@ -20,6 +20,7 @@ from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
+from corral.service.console_sessions import ConsoleSessions
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.pools import PoolService
@@ -56,6 +57,7 @@ class Workspace:
     pools: PoolService
     services: ProjectServices
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
 
     @classmethod
     def build(
