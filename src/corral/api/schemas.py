@@ -404,3 +404,10 @@ class TrustList(BaseModel):
 
 class WorkspaceKey(BaseModel):
     public_key: str = Field(description="this workspace's key: give it to `corral trust add`")
+
+
+class ConsoleLoginToken(BaseModel):
+    token: str = Field(description="good for one login, until expires_at")
+    path: str = Field(description="the console's login link, relative to the daemon's URL")
+    expires_at: float = Field(description="Unix time")
+    key_name: str = Field(description="the key (and so the role) the console will act as")

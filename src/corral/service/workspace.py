@@ -20,6 +20,7 @@ from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
+from corral.service.console_sessions import ConsoleSessions
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.metrics import MetricsService
@@ -58,6 +59,7 @@ class Workspace:
     services: ProjectServices
     metrics: MetricsService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
 
     @classmethod
     def build(
