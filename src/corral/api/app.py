@@ -18,6 +18,7 @@ from corral.api.routes import (
     health,
     processes,
     sandboxes,
+    secrets,
     services,
     snapshots,
     templates,
@@ -61,7 +62,17 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
     add_body_limits(app, ws.settings)
     app.include_router(health.router)
     authed = [Depends(require_key)]
-    for module in (workspace, templates, sandboxes, processes, files, snapshots, trust, services):
+    for module in (
+        workspace,
+        templates,
+        sandboxes,
+        processes,
+        files,
+        snapshots,
+        trust,
+        services,
+        secrets,
+    ):
         app.include_router(module.router, dependencies=authed)
     app.include_router(docs_router(app), dependencies=authed)
     install_e2b(app)
