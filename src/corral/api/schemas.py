@@ -483,3 +483,10 @@ class SecretAuditEntry(BaseModel):
 
 class SecretLog(BaseModel):
     entries: list[SecretAuditEntry]
+
+
+class ConsoleLoginToken(BaseModel):
+    token: str = Field(description="good for one login, until expires_at")
+    path: str = Field(description="the console's login link, relative to the daemon's URL")
+    expires_at: float = Field(description="Unix time")
+    key_name: str = Field(description="the key (and so the role) the console will act as")

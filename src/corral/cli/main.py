@@ -37,6 +37,7 @@ VERBS: dict[str, str] = {
     "export": "corral.cli.transfer:export",
     "import": "corral.cli.transfer:import_file",
     "capacity": "corral.cli.workspace:capacity",
+    "console": "corral.cli.workspace:console",
     "mcp": "corral.cli.serve:mcp",
     "files": "corral.cli.files:app",
     "snapshot": "corral.cli.snapshots:app",

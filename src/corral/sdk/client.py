@@ -80,6 +80,12 @@ class AsyncClient:
     async def capacity(self) -> Capacity:
         return Capacity.from_wire(await self.session.json("GET", "/v1/capacity"))
 
+    async def console_login_link(self) -> str:
+        """A link that logs a browser into the web console once, as this client's key (and
+        role), within a couple of minutes."""
+        answer = await self.session.json("POST", "/v1/console/login-tokens")
+        return self.url.rstrip("/") + str(answer["path"])
+
     async def templates(self) -> list[TemplateInfo]:
         answer = await self.session.json("GET", "/v1/templates")
         return [TemplateInfo.from_wire(item) for item in answer.get("templates", [])]

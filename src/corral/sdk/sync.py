@@ -339,6 +339,9 @@ class Client:
     def capacity(self) -> Capacity:
         return portal().call(self._async.capacity())
 
+    def console_login_link(self) -> str:
+        return portal().call(self._async.console_login_link())
+
     def templates(self) -> list[TemplateInfo]:
         return portal().call(self._async.templates())
 

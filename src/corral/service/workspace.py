@@ -22,8 +22,10 @@ from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
+from corral.service.console_sessions import ConsoleSessions
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
+from corral.service.metrics import MetricsService
 from corral.service.pools import PoolService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
@@ -60,7 +62,9 @@ class Workspace:
     pools: PoolService
     services: ProjectServices
     secrets: SecretService
+    metrics: MetricsService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
 
     @classmethod
     def build(
@@ -122,6 +126,7 @@ class Workspace:
             pools=pools,
             services=ProjectServices(sandboxes),
             secrets=secret_service,
+            metrics=MetricsService(sandboxes),
         )
 
     @classmethod
