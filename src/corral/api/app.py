@@ -20,6 +20,7 @@ from corral.api.routes import (
     health,
     processes,
     sandboxes,
+    secrets,
     services,
     snapshots,
     templates,
@@ -78,6 +79,7 @@ def create_app(
         snapshots,
         trust,
         services,
+        secrets,
         console,
     ):
         app.include_router(module.router, dependencies=authed)
