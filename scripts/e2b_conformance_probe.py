@@ -9,6 +9,7 @@ environment. Imports nothing of corral. Prints one JSON object: the SDK versions
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import json
 import sys
@@ -345,10 +346,8 @@ def run_code(sbx: Sandbox) -> None:
 
 def main() -> None:
     versions = {"e2b": importlib.metadata.version("e2b")}
-    try:
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         versions["e2b-code-interpreter"] = importlib.metadata.version("e2b-code-interpreter")
-    except importlib.metadata.PackageNotFoundError:
-        pass
     results: dict[str, dict[str, str]] = {}
     sbx = Sandbox.create("base", timeout=600, metadata={"probe": "main"})
     try:
