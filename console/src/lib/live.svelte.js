@@ -62,6 +62,8 @@ function listen() {
     return;
   }
   const onEvent = (message) => {
+    // The stream's own 'error' (a dropped connection) is an Event without data, not a change.
+    if (!(message instanceof MessageEvent)) return;
     live.streaming = true;
     let event;
     try {
