@@ -351,6 +351,38 @@ def test_a_fork_is_brokered_too(brokerd: Daemon, sbx: Sandbox, lab: Lab) -> None
             child.kill()
 
 
+def test_a_memory_snapshot_restores_with_its_bindings(brokerd: Daemon, lab: Lab) -> None:
+    restored = brokerd.cli("new", "--snapshot", "brokered-snap", "--json")
+    assert restored.returncode == 0, restored.stderr
+    with Client(brokerd.url, brokerd.key) as client:
+        child = client.sandbox(json.loads(restored.stdout)["id"])
+        try:
+            sh(child, 'curl -sS -H "X-Key: $API_TOKEN" https://api.sec.test/fromsnapshot')
+            assert saw(lab.last("/fromsnapshot"), "x-key") == VALUE
+        finally:
+            child.kill()
+
+
+def test_sdk_sandboxes_get_their_own_placeholders(brokerd: Daemon, sbx: Sandbox, lab: Lab) -> None:
+    with Client(brokerd.url, brokerd.key) as client:
+        info = client.set_secret("SDK_KEY", VALUE2, hosts=["api.sec.test"], header="x-sdk-key")
+        assert info.header == "x-sdk-key" and VALUE2 not in repr(info)
+        other = client.create_sandbox(network="internet", secrets=["API_TOKEN", "SDK_KEY"])
+        try:
+            mine = sh(other, 'printf %s "$API_TOKEN"')
+            assert mine.startswith("corral-ph-") and mine != sh(sbx, 'printf %s "$API_TOKEN"')
+            sh(
+                other,
+                'curl -sS -H "X-Sdk-Key: $SDK_KEY" -H "X-Other: $SDK_KEY" https://api.sec.test/sdk',
+            )
+            got = lab.last("/sdk")
+            assert saw(got, "x-sdk-key") == VALUE2  # only its header gets it
+            assert saw(got, "x-other") == sh(other, 'printf %s "$SDK_KEY"')
+        finally:
+            other.kill()
+            client.remove_secret("SDK_KEY")
+
+
 def test_rotation_and_revocation_apply_to_the_running_sandbox(
     brokerd: Daemon, sbx: Sandbox, lab: Lab
 ) -> None:
