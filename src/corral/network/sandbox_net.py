@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from corral.network import egress, slots
+from corral.network import egress, slot_plan, slots
 from corral.network.base import INNER_GATEWAY, Slot
 from corral.network.egress import EgressContext, SlotEgress
 from corral.network.policy import EgressPolicy, ProjectService
@@ -121,7 +121,7 @@ class SlotEgressControl:
         plan = self._network.plan
         layout = plan.layout(slot.index)
         rules = SlotEgress(
-            plan.table, slots.UPLINK, slots.DOWNLINK, layout.slot_address, policy, ctx
+            plan.table, slot_plan.UPLINK, slot_plan.DOWNLINK, layout.slot_address, policy, ctx
         )
         return await asyncio.to_thread(
             egress.apply_slot_egress, layout.slot_ns, rules, layout.host_side_address
