@@ -149,3 +149,6 @@ class CreateRequest:
     network: str | None = None
     allow: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
+    # Brokered secrets (docs/secrets.md): their names, and files path -> (name, template).
+    secrets: list[str] = field(default_factory=list)
+    secret_files: dict[str, tuple[str, str | None]] = field(default_factory=dict)
