@@ -304,8 +304,13 @@ class SnapshotService:
                 f"snapshot {name!r} holds a memory image of a {snapshot.memory_mib} MiB sandbox; "
                 "its memory cannot be changed"
             )
+        if request.disk_mib not in (None, snapshot.disk_mib):
+            raise InvalidRequest(
+                f"snapshot {name!r} holds a memory image of a sandbox with a {snapshot.disk_mib} "
+                "MiB disk (its root's size is in that memory); its disk cannot be changed"
+            )
         request.memory_mib = snapshot.memory_mib
-        request.disk_mib = request.disk_mib or snapshot.disk_mib
+        request.disk_mib = snapshot.disk_mib
         request.cpu = request.cpu or snapshot.cpu
         if request.secret_env:
             raise InvalidRequest("secret env cannot be given to a sandbox restored from memory")
