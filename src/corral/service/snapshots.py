@@ -54,6 +54,12 @@ RESTORE_TAR = "/tmp/.corral-restore.tar"
 LIST_FILE = "/tmp/.corral-snapshot.list"
 
 
+def snapshot_owner(name: str) -> str:
+    """Who holds a memory snapshot's brokered-secret bindings (``secrets.inherit``) until a
+    sandbox restored from it takes them over."""
+    return f"snapshot:{name}"
+
+
 def check_name(name: str) -> str:
     if not NAME_RE.match(name):
         raise InvalidRequest(
@@ -153,6 +159,8 @@ class SnapshotService:
     async def remove(self, name: str) -> None:
         record = self.get(name)
         self.db.snapshots.delete(name)
+        if self.sb.secrets is not None:
+            self.sb.secrets.forget(snapshot_owner(name))
         await asyncio.to_thread(self._remove_image, record.image_path)
 
     # ---------------------------------------------------------------------------- take
@@ -211,6 +219,9 @@ class SnapshotService:
             finally:
                 with contextlib.suppress(KeyError):
                     self.db.sandboxes.update(sandbox_id, operation=None)
+            if not fs_only and self.sb.secrets is not None:
+                # Its memory holds the source's placeholders: what it restores into gets them.
+                self.sb.secrets.inherit(snapshot_owner(name), sandbox_id)
             size = await asyncio.to_thread(image_size_mib, final)
             log.info(
                 "sandbox %s: snapshot %s taken (%s, %d MiB)", sandbox_id, name, record.kind, size
@@ -333,14 +344,22 @@ class SnapshotService:
             parent_id=snapshot.source_id,
         )
         template = self.sb.templates.get(snapshot.template)
-        return await self.sb.launch(
-            record,
-            template,
-            image=snapshot.image or template.image,
-            env=record.env,
-            image_dir=inside(self.dir, snapshot.image_path),
-            configure=bool(request.env),
-        )
+        secrets = self.sb.secrets
+        if secrets is not None:
+            secrets.inherit(record.id, snapshot_owner(name))
+        try:
+            return await self.sb.launch(
+                record,
+                template,
+                image=snapshot.image or template.image,
+                env=record.env,
+                image_dir=inside(self.dir, snapshot.image_path),
+                configure=bool(request.env),
+            )
+        except BaseException:
+            if secrets is not None:
+                secrets.forget(record.id)
+            raise
 
     async def _apply_files(self, record: SandboxRecord, image: Path) -> None:
         client = self.sb.agent(record.id, "restore files into")
