@@ -414,6 +414,11 @@ class SandboxService:
                 f"template {template.name!r} is warm: its sandboxes continue from a memory image "
                 f"of {template.memory_mib} MiB, so their memory cannot be changed"
             )
+        if warm is not None and disk != template.disk_mib:
+            raise InvalidRequest(
+                f"template {template.name!r} is warm: its sandboxes continue from a memory image "
+                f"whose root holds a {template.disk_mib} MiB disk, so their disk cannot be changed"
+            )
         brokered = self._brokered(request)
         env = {**template.env, **request.env, **brokered.env}
         record = self.new_record(
