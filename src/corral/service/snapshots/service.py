@@ -27,7 +27,6 @@ from typing import Any
 from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import RuntimeFailure
-from corral.service import fs_capture
 from corral.service.errors import (
     CapacityExceeded,
     InvalidRequest,
@@ -35,14 +34,11 @@ from corral.service.errors import (
     OperationFailed,
     StateConflict,
 )
-from corral.service.lifecycle import LifecycleService, refuse_secrets, seal_image
-from corral.service.sandboxes import (
-    CreateRequest,
-    SandboxService,
-    image_complete,
-    image_size_mib,
-    require_state,
-)
+from corral.service.images import image_complete, image_size_mib, seal_image
+from corral.service.lifecycle import LifecycleService, refuse_secrets
+from corral.service.model import CreateRequest, require_state
+from corral.service.sandboxes import SandboxService
+from corral.service.snapshots import fs_capture
 from corral.storage import SandboxRecord, SnapshotRecord
 
 log = logging.getLogger("corral.snapshots")
@@ -315,8 +311,13 @@ class SnapshotService:
                 f"snapshot {name!r} holds a memory image of a {snapshot.memory_mib} MiB sandbox; "
                 "its memory cannot be changed"
             )
+        if request.disk_mib not in (None, snapshot.disk_mib):
+            raise InvalidRequest(
+                f"snapshot {name!r} holds a memory image of a sandbox with a {snapshot.disk_mib} "
+                "MiB disk (its root's size is in that memory); its disk cannot be changed"
+            )
         request.memory_mib = snapshot.memory_mib
-        request.disk_mib = request.disk_mib or snapshot.disk_mib
+        request.disk_mib = snapshot.disk_mib
         request.cpu = request.cpu or snapshot.cpu
         if request.secret_env:
             raise InvalidRequest("secret env cannot be given to a sandbox restored from memory")
