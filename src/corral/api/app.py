@@ -16,6 +16,7 @@ from corral.api.limits import BodyLimits, BodyRule
 from corral.api.routes import (
     files,
     health,
+    ports,
     processes,
     sandboxes,
     services,
@@ -61,7 +62,17 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
     add_body_limits(app, ws.settings)
     app.include_router(health.router)
     authed = [Depends(require_key)]
-    for module in (workspace, templates, sandboxes, processes, files, snapshots, trust, services):
+    for module in (
+        workspace,
+        templates,
+        sandboxes,
+        processes,
+        files,
+        snapshots,
+        trust,
+        services,
+        ports,
+    ):
         app.include_router(module.router, dependencies=authed)
     app.include_router(docs_router(app), dependencies=authed)
     install_e2b(app)

@@ -23,6 +23,7 @@ from corral.service.builds import TemplateBuilder
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.pools import PoolService
+from corral.service.ports import PortService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
 from corral.service.sandboxes import SandboxService
@@ -55,6 +56,7 @@ class Workspace:
     trust: TrustService
     pools: PoolService
     services: ProjectServices
+    ports: PortService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
@@ -107,6 +109,7 @@ class Workspace:
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes),
+            ports=PortService(sandboxes),
         )
 
     @classmethod

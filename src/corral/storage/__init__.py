@@ -8,6 +8,7 @@ from corral.storage.db import Database
 from corral.storage.records import (
     ApiKeyRecord,
     ProjectServiceRecord,
+    SandboxPortRecord,
     SandboxRecord,
     SnapshotRecord,
     TemplateRecord,
@@ -18,6 +19,7 @@ __all__ = [
     "ApiKeyRecord",
     "Database",
     "ProjectServiceRecord",
+    "SandboxPortRecord",
     "SandboxRecord",
     "SnapshotRecord",
     "TemplateRecord",

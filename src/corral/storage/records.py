@@ -122,3 +122,15 @@ class TrustedKeyRecord:
     name: str
     public_key: str
     created_at: float
+
+
+@dataclass(frozen=True)
+class SandboxPortRecord:
+    """A port of a sandbox opened to inbound traffic. ``nonce`` feeds the port's access token
+    (an HMAC under the workspace's secret), so closing and reopening a port changes its token."""
+
+    sandbox_id: str
+    port: int
+    public: bool
+    nonce: str
+    created_at: float
