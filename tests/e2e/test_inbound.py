@@ -102,9 +102,9 @@ def _start_servers(sbx: Sandbox) -> None:
         sbx.files.write(f"/tmp/wslib/websockets/{source.relative_to(package)}", source.read_bytes())
     sbx.exec_background(f"python3 /tmp/server.py {HTTP_PORT}")
     sbx.exec_background(f"python3 /tmp/ws_server.py {WS_PORT}")
-    listening = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {{}}), 1)'"
-    wait_until(lambda: sbx.exec(listening.format(HTTP_PORT)).exit_code == 0, 30)
-    wait_until(lambda: sbx.exec(listening.format(WS_PORT)).exit_code == 0, 30)
+    listening = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {}), 1)'"
+    wait_until(lambda: sbx.exec(listening.format(HTTP_PORT)).exit_code == 0, 60)
+    wait_until(lambda: sbx.exec(listening.format(WS_PORT)).exit_code == 0, 60)
 
 
 @pytest.fixture(scope="module")
