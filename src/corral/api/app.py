@@ -31,6 +31,7 @@ from corral.api.routes import (
 from corral.config import Settings
 from corral.console import install as install_console
 from corral.e2b import install as install_e2b
+from corral.mcp.http import install as install_mcp
 from corral.service.workspace import Workspace
 
 KIB = 1024
@@ -48,7 +49,8 @@ def create_app(
         if manage_lifespan:
             await ws.start()
         try:
-            yield
+            async with mcp_http.running():
+                yield
         finally:
             if manage_lifespan:
                 await ws.stop()
@@ -86,6 +88,7 @@ def create_app(
     app.include_router(docs_router(app), dependencies=authed)
     install_e2b(app)
     install_console(app, console_dir)
+    mcp_http = install_mcp(app)
     return app
 
 
