@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         NetworkPolicy,
         ProcessEvent,
         ProcessInfo,
+        ProjectServiceInfo,
         ResourceUsage,
         SandboxInfo,
         SandboxOptions,
@@ -53,10 +54,18 @@ if TYPE_CHECKING:
         SecretInfo,
         SnapshotInfo,
         TemplateInfo,
+        TrustedKey,
         WriteResult,
+    )
+    from corral.sdk.network import (
+        AsyncNetwork,
     )
     from corral.sdk.process import (
         AsyncProcess,
+    )
+    from corral.sdk.pty import (
+        AsyncPty,
+        AsyncPtys,
     )
     from corral.sdk.sandbox import (
         AsyncSandbox,
@@ -66,6 +75,8 @@ if TYPE_CHECKING:
         Files,
         Network,
         Process,
+        Pty,
+        Ptys,
         Sandbox,
     )
     from corral.sdk.templates import (
@@ -79,7 +90,10 @@ _EXPORTS = {
     "APIError": "corral.sdk.errors",
     "AsyncClient": "corral.sdk.client",
     "AsyncFiles": "corral.sdk.files",
+    "AsyncNetwork": "corral.sdk.network",
     "AsyncProcess": "corral.sdk.process",
+    "AsyncPty": "corral.sdk.pty",
+    "AsyncPtys": "corral.sdk.pty",
     "AsyncSandbox": "corral.sdk.sandbox",
     "AsyncTemplate": "corral.sdk.templates",
     "AuthenticationError": "corral.sdk.errors",
@@ -107,6 +121,9 @@ _EXPORTS = {
     "Process": "corral.sdk.sync",
     "ProcessEvent": "corral.sdk.models",
     "ProcessInfo": "corral.sdk.models",
+    "ProjectServiceInfo": "corral.sdk.models",
+    "Pty": "corral.sdk.sync",
+    "Ptys": "corral.sdk.sync",
     "ResourceUsage": "corral.sdk.models",
     "Sandbox": "corral.sdk.sync",
     "SandboxInfo": "corral.sdk.models",
@@ -119,6 +136,7 @@ _EXPORTS = {
     "TemplateInfo": "corral.sdk.models",
     "Timeout": "corral.sdk.errors",
     "TooLarge": "corral.sdk.errors",
+    "TrustedKey": "corral.sdk.models",
     "UntrustedExport": "corral.sdk.errors",
     "WriteResult": "corral.sdk.models",
 }
@@ -127,7 +145,10 @@ __all__ = [
     "APIError",
     "AsyncClient",
     "AsyncFiles",
+    "AsyncNetwork",
     "AsyncProcess",
+    "AsyncPty",
+    "AsyncPtys",
     "AsyncSandbox",
     "AsyncTemplate",
     "AuthenticationError",
@@ -155,6 +176,9 @@ __all__ = [
     "Process",
     "ProcessEvent",
     "ProcessInfo",
+    "ProjectServiceInfo",
+    "Pty",
+    "Ptys",
     "ResourceUsage",
     "Sandbox",
     "SandboxInfo",
@@ -167,6 +191,7 @@ __all__ = [
     "TemplateInfo",
     "Timeout",
     "TooLarge",
+    "TrustedKey",
     "UntrustedExport",
     "WriteResult",
 ]
