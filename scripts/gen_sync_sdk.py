@@ -40,6 +40,7 @@ WRAPPED = [
     ("AsyncFiles", "files.py"),
     ("AsyncProcess", "process.py"),
     ("AsyncNetwork", "network.py"),
+    ("AsyncPorts", "ports.py"),
     ("AsyncPty", "pty.py"),
     ("AsyncPtys", "pty.py"),
     ("AsyncSandbox", "sandbox.py"),

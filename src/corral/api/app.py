@@ -18,6 +18,7 @@ from corral.api.routes import (
     console,
     files,
     health,
+    ports,
     processes,
     sandboxes,
     secrets,
@@ -79,6 +80,7 @@ def create_app(
         snapshots,
         trust,
         services,
+        ports,
         secrets,
         console,
     ):

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         ImportResult,
         NetworkChange,
         NetworkPolicy,
+        PortInfo,
         ProcessEvent,
         ProcessInfo,
         ProjectServiceInfo,
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
     from corral.sdk.network import (
         AsyncNetwork,
     )
+    from corral.sdk.ports import (
+        AsyncPorts,
+    )
     from corral.sdk.process import (
         AsyncProcess,
     )
@@ -74,6 +78,7 @@ if TYPE_CHECKING:
         Client,
         Files,
         Network,
+        Ports,
         Process,
         Pty,
         Ptys,
@@ -91,6 +96,7 @@ _EXPORTS = {
     "AsyncClient": "corral.sdk.client",
     "AsyncFiles": "corral.sdk.files",
     "AsyncNetwork": "corral.sdk.network",
+    "AsyncPorts": "corral.sdk.ports",
     "AsyncProcess": "corral.sdk.process",
     "AsyncPty": "corral.sdk.pty",
     "AsyncPtys": "corral.sdk.pty",
@@ -118,6 +124,8 @@ _EXPORTS = {
     "NoSpace": "corral.sdk.errors",
     "NotFound": "corral.sdk.errors",
     "PermissionDenied": "corral.sdk.errors",
+    "PortInfo": "corral.sdk.models",
+    "Ports": "corral.sdk.sync",
     "Process": "corral.sdk.sync",
     "ProcessEvent": "corral.sdk.models",
     "ProcessInfo": "corral.sdk.models",
@@ -146,6 +154,7 @@ __all__ = [
     "AsyncClient",
     "AsyncFiles",
     "AsyncNetwork",
+    "AsyncPorts",
     "AsyncProcess",
     "AsyncPty",
     "AsyncPtys",
@@ -173,6 +182,8 @@ __all__ = [
     "NoSpace",
     "NotFound",
     "PermissionDenied",
+    "PortInfo",
+    "Ports",
     "Process",
     "ProcessEvent",
     "ProcessInfo",

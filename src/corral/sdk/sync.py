@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         ImportResult,
         NetworkChange,
         NetworkPolicy,
+        PortInfo,
         ProcessEvent,
         ProcessInfo,
         ProjectServiceInfo,
@@ -50,10 +51,11 @@ if TYPE_CHECKING:
         WriteResult,
     )
     from corral.sdk.network import AsyncNetwork
+    from corral.sdk.ports import AsyncPorts
     from corral.sdk.process import AsyncProcess
     from corral.sdk.pty import AsyncPty, AsyncPtys
 
-__all__ = ["Client", "Files", "Network", "Process", "Pty", "Ptys", "Sandbox"]
+__all__ = ["Client", "Files", "Network", "Ports", "Process", "Pty", "Ptys", "Sandbox"]
 
 
 class Files:
@@ -182,6 +184,30 @@ class Network:
         return portal().call(self._async.update(mode, allow=allow, deny=deny))
 
 
+class Ports:
+    """`AsyncPorts`, synchronous: see it for what each call does."""
+
+    def __init__(self, inner: AsyncPorts) -> None:
+        self._async = inner
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("<Async", "<", 1)
+
+    def open(self, port: int, *, public: bool = False) -> PortInfo:
+        """Open `port` (a server listening on 0.0.0.0:PORT in the sandbox) through the daemon.
+        The answer's `url` reaches it; send `token` as the `X-Corral-Token` header (or the
+        `corral_token` query parameter) unless `public`. Opening an open port again keeps its
+        token and sets `public`.
+        """
+        return portal().call(self._async.open(port, public=public))
+
+    def list(self) -> builtins.list[PortInfo]:
+        return portal().call(self._async.list())
+
+    def close(self, port: int) -> None:
+        portal().call(self._async.close(port))
+
+
 class Pty:
     """`AsyncPty`, synchronous: see it for what each call does."""
 
@@ -265,6 +291,7 @@ class Sandbox:
         self.files = Files(self._async.files)
         self.pty = Ptys(self._async.pty)
         self.network = Network(self._async.network)
+        self.ports = Ports(self._async.ports)
 
     def __repr__(self) -> str:
         return repr(self._async).replace("<Async", "<", 1)

@@ -17,7 +17,8 @@ import time
 
 from corral.runtime.agent_client import AgentError
 from corral.service.errors import CapacityExceeded, CorralError, NotFound
-from corral.service.sandboxes import CreateRequest, SandboxService
+from corral.service.model import CreateRequest
+from corral.service.sandboxes import SandboxService
 from corral.storage import SandboxRecord
 
 log = logging.getLogger("corral.pools")

@@ -27,14 +27,15 @@ from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.metrics import MetricsService
 from corral.service.pools import PoolService
+from corral.service.ports import PortService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
 from corral.service.sandboxes import SandboxService
 from corral.service.secrets import SecretService
-from corral.service.snapshots import SnapshotService
+from corral.service.snapshots.service import SnapshotService
+from corral.service.snapshots.transfer import TransferService
+from corral.service.snapshots.trust import TrustService
 from corral.service.templates import TemplateService
-from corral.service.transfer import TransferService
-from corral.service.trust import TrustService
 from corral.service.warm import WarmService
 from corral.storage import Database
 from corral.storage.sealing import Sealer
@@ -61,6 +62,7 @@ class Workspace:
     trust: TrustService
     pools: PoolService
     services: ProjectServices
+    ports: PortService
     secrets: SecretService
     metrics: MetricsService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -125,6 +127,7 @@ class Workspace:
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes),
+            ports=PortService(sandboxes),
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
         )

@@ -14,7 +14,7 @@ import sys
 import corral
 import corral.sdk as sdk
 
-SYNC_TWINS = ["Client", "Files", "Network", "Process", "Pty", "Ptys", "Sandbox"]
+SYNC_TWINS = ["Client", "Files", "Network", "Ports", "Process", "Pty", "Ptys", "Sandbox"]
 ASYNC_CORE = [f"Async{name}" for name in SYNC_TWINS]
 
 
@@ -29,7 +29,7 @@ def test_the_public_names() -> None:
             *("NoSpace", "NotFound", "PermissionDenied", "SandboxUnavailable", "Timeout"),
             *("TooLarge", "UntrustedExport"),
             *("Capacity", "ExecResult", "FileInfo", "ImportResult", "NetworkChange"),
-            *("NetworkPolicy", "ProcessEvent", "ProcessInfo", "ProjectServiceInfo"),
+            *("NetworkPolicy", "PortInfo", "ProcessEvent", "ProcessInfo", "ProjectServiceInfo"),
             *("ResourceUsage", "SandboxInfo", "SandboxOptions", "SecretAuditEntry"),
             *("SecretInfo", "SnapshotInfo", "TemplateInfo", "TrustedKey", "WriteResult"),
         ]

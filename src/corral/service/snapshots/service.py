@@ -27,7 +27,6 @@ from typing import Any
 from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import RuntimeFailure
-from corral.service import fs_capture
 from corral.service.errors import (
     CapacityExceeded,
     InvalidRequest,
@@ -35,14 +34,11 @@ from corral.service.errors import (
     OperationFailed,
     StateConflict,
 )
-from corral.service.lifecycle import LifecycleService, refuse_secrets, seal_image
-from corral.service.sandboxes import (
-    CreateRequest,
-    SandboxService,
-    image_complete,
-    image_size_mib,
-    require_state,
-)
+from corral.service.images import image_complete, image_size_mib, seal_image
+from corral.service.lifecycle import LifecycleService, refuse_secrets
+from corral.service.model import CreateRequest, require_state
+from corral.service.sandboxes import SandboxService
+from corral.service.snapshots import fs_capture
 from corral.storage import SandboxRecord, SnapshotRecord
 
 log = logging.getLogger("corral.snapshots")
