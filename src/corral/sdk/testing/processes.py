@@ -6,6 +6,7 @@ import base64
 import json
 import shlex
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import httpx
@@ -23,6 +24,7 @@ class ProcessRoutes(FakeState):
         return [
             ("POST", sbx + r"/exec", self._exec),
             ("GET", sbx + r"/processes", self._processes),
+            ("GET", sbx + r"/processes/(\d+)", self._process_info),
             ("GET", sbx + r"/processes/(\d+)/events", self._events),
             ("POST", sbx + r"/processes/(\d+)/stdin", self._stdin),
             ("POST", sbx + r"/processes/(\d+)/close-stdin", self._close_stdin),
@@ -97,13 +99,28 @@ class ProcessRoutes(FakeState):
             raise Failure(404, "not_found", f"no process {pid} in sandbox {sandbox_id}")
         return process
 
+    @staticmethod
+    def _info(process: FakeProcess) -> dict[str, Any]:
+        exit = process.events[-1] if process.done else {}
+        return {
+            "pid": process.pid,
+            "cmd": process.argv,
+            "running": not process.done,
+            "started_at": 0.0,
+            "tag": process.request.get("tag"),
+            "exit_code": exit.get("exit_code"),
+            "signal": exit.get("signal"),
+        }
+
     async def _processes(self, request: httpx.Request, sandbox_id: str) -> httpx.Response:
         self._sandbox(sandbox_id)
-        listing = [
-            {"pid": p.pid, "cmd": p.argv, "running": not p.done, "started_at": 0.0}
-            for p in self.processes[sandbox_id].values()
-        ]
+        listing = [self._info(p) for p in self.processes[sandbox_id].values()]
         return httpx.Response(200, json={"processes": listing})
+
+    async def _process_info(
+        self, request: httpx.Request, sandbox_id: str, pid: str
+    ) -> httpx.Response:
+        return httpx.Response(200, json=self._info(self._process(sandbox_id, pid)))
 
     async def _events(self, request: httpx.Request, sandbox_id: str, pid: str) -> httpx.Response:
         process = self._process(sandbox_id, pid)
