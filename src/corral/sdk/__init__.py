@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         PortInfo,
         ProcessEvent,
         ProcessInfo,
+        ProjectServiceInfo,
         ResourceUsage,
         SandboxInfo,
         SandboxOptions,
@@ -54,10 +55,21 @@ if TYPE_CHECKING:
         SecretInfo,
         SnapshotInfo,
         TemplateInfo,
+        TrustedKey,
         WriteResult,
+    )
+    from corral.sdk.network import (
+        AsyncNetwork,
+    )
+    from corral.sdk.ports import (
+        AsyncPorts,
     )
     from corral.sdk.process import (
         AsyncProcess,
+    )
+    from corral.sdk.pty import (
+        AsyncPty,
+        AsyncPtys,
     )
     from corral.sdk.sandbox import (
         AsyncSandbox,
@@ -68,6 +80,8 @@ if TYPE_CHECKING:
         Network,
         Ports,
         Process,
+        Pty,
+        Ptys,
         Sandbox,
     )
     from corral.sdk.templates import (
@@ -81,7 +95,11 @@ _EXPORTS = {
     "APIError": "corral.sdk.errors",
     "AsyncClient": "corral.sdk.client",
     "AsyncFiles": "corral.sdk.files",
+    "AsyncNetwork": "corral.sdk.network",
+    "AsyncPorts": "corral.sdk.ports",
     "AsyncProcess": "corral.sdk.process",
+    "AsyncPty": "corral.sdk.pty",
+    "AsyncPtys": "corral.sdk.pty",
     "AsyncSandbox": "corral.sdk.sandbox",
     "AsyncTemplate": "corral.sdk.templates",
     "AuthenticationError": "corral.sdk.errors",
@@ -111,6 +129,9 @@ _EXPORTS = {
     "Process": "corral.sdk.sync",
     "ProcessEvent": "corral.sdk.models",
     "ProcessInfo": "corral.sdk.models",
+    "ProjectServiceInfo": "corral.sdk.models",
+    "Pty": "corral.sdk.sync",
+    "Ptys": "corral.sdk.sync",
     "ResourceUsage": "corral.sdk.models",
     "Sandbox": "corral.sdk.sync",
     "SandboxInfo": "corral.sdk.models",
@@ -123,6 +144,7 @@ _EXPORTS = {
     "TemplateInfo": "corral.sdk.models",
     "Timeout": "corral.sdk.errors",
     "TooLarge": "corral.sdk.errors",
+    "TrustedKey": "corral.sdk.models",
     "UntrustedExport": "corral.sdk.errors",
     "WriteResult": "corral.sdk.models",
 }
@@ -131,7 +153,11 @@ __all__ = [
     "APIError",
     "AsyncClient",
     "AsyncFiles",
+    "AsyncNetwork",
+    "AsyncPorts",
     "AsyncProcess",
+    "AsyncPty",
+    "AsyncPtys",
     "AsyncSandbox",
     "AsyncTemplate",
     "AuthenticationError",
@@ -161,6 +187,9 @@ __all__ = [
     "Process",
     "ProcessEvent",
     "ProcessInfo",
+    "ProjectServiceInfo",
+    "Pty",
+    "Ptys",
     "ResourceUsage",
     "Sandbox",
     "SandboxInfo",
@@ -173,6 +202,7 @@ __all__ = [
     "TemplateInfo",
     "Timeout",
     "TooLarge",
+    "TrustedKey",
     "UntrustedExport",
     "WriteResult",
 ]
