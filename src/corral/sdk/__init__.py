@@ -29,6 +29,9 @@ if TYPE_CHECKING:
         NoSpace,
         NotFound,
         PermissionDenied,
+        PolicyDenied,
+        QuotaExceeded,
+        RateLimited,
         SandboxUnavailable,
         Timeout,
         TooLarge,
@@ -72,9 +75,19 @@ if TYPE_CHECKING:
         BuildEvent,
         Template,
     )
+    from corral.sdk.workspace import (
+        ApiKeyInfo,
+        AuditEntry,
+        Event,
+        WorkspacePolicy,
+    )
 
 _EXPORTS = {
     "APIError": "corral.sdk.errors",
+    "ApiKeyInfo": "corral.sdk.workspace",
+    "AuditEntry": "corral.sdk.workspace",
+    "Event": "corral.sdk.workspace",
+    "WorkspacePolicy": "corral.sdk.workspace",
     "AsyncClient": "corral.sdk.client",
     "AsyncFiles": "corral.sdk.files",
     "AsyncProcess": "corral.sdk.process",
@@ -102,6 +115,9 @@ _EXPORTS = {
     "NoSpace": "corral.sdk.errors",
     "NotFound": "corral.sdk.errors",
     "PermissionDenied": "corral.sdk.errors",
+    "PolicyDenied": "corral.sdk.errors",
+    "QuotaExceeded": "corral.sdk.errors",
+    "RateLimited": "corral.sdk.errors",
     "Process": "corral.sdk.sync",
     "ProcessEvent": "corral.sdk.models",
     "ProcessInfo": "corral.sdk.models",
@@ -121,11 +137,13 @@ _EXPORTS = {
 
 __all__ = [
     "APIError",
+    "ApiKeyInfo",
     "AsyncClient",
     "AsyncFiles",
     "AsyncProcess",
     "AsyncSandbox",
     "AsyncTemplate",
+    "AuditEntry",
     "AuthenticationError",
     "BuildError",
     "BuildEvent",
@@ -136,6 +154,7 @@ __all__ = [
     "Conflict",
     "ConnectionFailed",
     "CorralError",
+    "Event",
     "ExecFailed",
     "ExecResult",
     "FileInfo",
@@ -148,9 +167,12 @@ __all__ = [
     "NoSpace",
     "NotFound",
     "PermissionDenied",
+    "PolicyDenied",
     "Process",
     "ProcessEvent",
     "ProcessInfo",
+    "QuotaExceeded",
+    "RateLimited",
     "ResourceUsage",
     "Sandbox",
     "SandboxInfo",
@@ -162,6 +184,7 @@ __all__ = [
     "Timeout",
     "TooLarge",
     "UntrustedExport",
+    "WorkspacePolicy",
     "WriteResult",
 ]
 

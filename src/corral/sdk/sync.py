@@ -10,6 +10,7 @@ import builtins
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 from typing_extensions import Unpack
@@ -40,6 +41,7 @@ from corral.sdk.network import AsyncNetwork
 from corral.sdk.process import AsyncProcess, EventCallback, OutputCallback
 from corral.sdk.pty import Ptys
 from corral.sdk.sandbox import AsyncSandbox, _Opening
+from corral.sdk.workspace import AuditEntry, Event, Keys, Policy
 
 __all__ = ["Client", "Files", "Process", "Sandbox"]
 
@@ -313,6 +315,8 @@ class Client:
     ) -> None:
         self._async = AsyncClient(url, api_key, transport=transport)
         self.url = self._async.url
+        self.keys = Keys(self._async.keys)
+        self.policy = Policy(self._async.policy)
 
     def __repr__(self) -> str:
         return f"<Client {self.url}>"
@@ -333,6 +337,15 @@ class Client:
 
     def health(self) -> bool:
         return portal().call(self._async.health())
+
+    def audit(self, **filters: Any) -> builtins.list[AuditEntry]:
+        return portal().call(self._async.audit(**filters))
+
+    def events(self) -> Iterator[Event]:
+        return portal().iterate(self._async.events())
+
+    def metrics_text(self) -> str:
+        return portal().call(self._async.metrics_text())
 
     def capacity(self) -> Capacity:
         return portal().call(self._async.capacity())

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.paths import inside
-from corral.service.errors import CapacityExceeded, InvalidRequest, StateConflict
+from corral.service import access
+from corral.service.errors import CapacityExceeded, CorralError, InvalidRequest, StateConflict
 from corral.service.export_format import (
     CHUNK,
     ExportReader,
@@ -46,6 +47,7 @@ from corral.service.export_format import (
 from corral.service.lifecycle import LifecycleService, refuse_secrets, seal_image
 from corral.service.sandboxes import (
     IMAGE_COMPLETE,
+    LIVE_STATES,
     CreateRequest,
     SandboxService,
     image_complete,
@@ -263,8 +265,16 @@ class TransferService:
             created_at=min(fields.created_at, time.time()),
             image_path=str(final),
             image_mib=size,
+            owner=access.new_owner(),
         )
         async with self.sb.admission:
+            try:
+                self.sb.check_quotas(
+                    self.db.sandboxes.list(states=LIVE_STATES), [record], "this import"
+                )
+            except CorralError:
+                self.sb.remove_image(final)
+                raise
             report = self.sb.capacity()
             if size > report.disk.free:
                 self.sb.remove_image(final)
@@ -320,6 +330,7 @@ class TransferService:
             size_mib=image_size_mib(final),
             created_at=min(fields.created_at, time.time()),
             image=image,
+            owner=access.new_owner(),
         )
         self.db.snapshots.add(record)
         return record

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -18,13 +19,17 @@ from corral.network.base import Network, Slot
 from corral.network.sandbox_net import EgressControl
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
+from corral.service.audit import AuditLog
 from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
+from corral.service.events import EventBus
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
+from corral.service.policy import PolicyService
 from corral.service.pools import PoolService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
+from corral.service.ratelimit import RateLimiter
 from corral.service.sandboxes import SandboxService
 from corral.service.snapshots import SnapshotService
 from corral.service.templates import TemplateService
@@ -55,6 +60,10 @@ class Workspace:
     trust: TrustService
     pools: PoolService
     services: ProjectServices
+    policy: PolicyService
+    audit: AuditLog
+    events: EventBus
+    rate_limits: RateLimiter
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
@@ -87,6 +96,8 @@ class Workspace:
         pools = PoolService(sandboxes)
         trust = TrustService(db, settings.signing_key_path)
         sandboxes.pool_hook = pools.claim
+        events = EventBus()
+        db.sandboxes.listeners.append(events.sandbox_changed)
         templates.builder.egress = sandboxes.egress
         templates.builder.finish = warm.warm
         templates.builder.rollback = templates.forget
@@ -107,6 +118,10 @@ class Workspace:
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes),
+            policy=sandboxes.policy,
+            audit=AuditLog(db),
+            events=events,
+            rate_limits=RateLimiter(settings.key_rate_limit),
         )
 
     @classmethod
@@ -157,6 +172,8 @@ class Workspace:
         return workspace
 
     async def start(self) -> None:
+        self.events.bind(asyncio.get_running_loop())
+        self.audit.start()
         self.api_keys.ensure_admin_key(self.settings.admin_key_path)
         self.trust.start()
         self.templates.sync()
@@ -168,6 +185,7 @@ class Workspace:
     async def stop(self) -> None:
         await self.pools.stop()
         await self.lifecycle.stop()
+        await self.audit.stop()
         for hook in self.on_stop:
             try:
                 await hook()
