@@ -11,7 +11,8 @@ from corral.api.permissions import permission_of
 from corral.service.access import Principal, acting_as, authorize
 from corral.service.audit import current_note
 from corral.service.auth import principal_of
-from corral.service.errors import InvalidRequest
+from corral.service.console_sessions import COOKIE_NAME, CSRF_HEADER
+from corral.service.errors import InvalidRequest, Unauthorized
 from corral.service.files import FileService
 from corral.service.processes import ProcessService
 from corral.service.sandboxes import SandboxService
@@ -23,12 +24,52 @@ def get_workspace(request: Request) -> Workspace:
     return workspace
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def own_origin(request: Request) -> str:
+    """The origin this request was addressed to (scheme and Host), as a browser writes it."""
+    return f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
+def console_session_key(request: Request) -> str | None:
+    """The API key behind the request's console session cookie, if it has a live one.
+
+    A cookie travels with any request the browser makes, so a call that changes something must
+    also prove it comes from the console's own page: the session's CSRF token in the
+    ``X-Corral-CSRF`` header (a cross-origin page cannot read it) and, when the browser sends
+    one, an ``Origin`` equal to the daemon's own.
+    """
+    cookie = request.cookies.get(COOKIE_NAME)
+    if not cookie:
+        return None
+    session = get_workspace(request).console_sessions.get(cookie)
+    if session is None:
+        raise Unauthorized("the console session has expired or was closed: log in again")
+    if request.method not in SAFE_METHODS:
+        origin = request.headers.get("origin")
+        if origin is not None and origin != own_origin(request):
+            raise Unauthorized(
+                f"refused a cross-origin request from {origin!r} with the console's session",
+                code="forbidden",
+            )
+        if not session.csrf_matches(request.headers.get(CSRF_HEADER)):
+            raise Unauthorized(
+                "a console request that changes something needs the session's CSRF token "
+                "in the X-Corral-CSRF header",
+                code="forbidden",
+            )
+    return session.api_key
+
+
 def presented_key(request: Request) -> str | None:
-    """The key of ``Authorization: Bearer KEY`` (or, for the E2B SDK, ``X-API-KEY``)."""
+    """The key a request presents: its ``Authorization: Bearer`` header (or, as the E2B SDK
+    sends it, ``X-API-KEY``), else the key behind its console session cookie (checked as
+    ``console_session_key`` says)."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
-    return request.headers.get("x-api-key") or None
+    return request.headers.get("x-api-key") or console_session_key(request)
 
 
 async def require_key(request: Request) -> Principal:

@@ -20,6 +20,7 @@ Scope = Literal[
     "audit",
     "metrics",
     "services",
+    "secrets",
     "trust",
 ]
 

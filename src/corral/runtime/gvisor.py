@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec
+from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec, Usage
 from .bundle import render_config, write_config
 from .cgroups import SandboxCgroups
 from .console import ConsoleError, mount_console, trim_console, unmount_console
@@ -156,6 +156,12 @@ class GVisorRuntime:
         if record is None:
             return 0
         return disk_used_mib(paths.disk_mount(record.generation))
+
+    async def usage(self, sandbox_id: str) -> Usage | None:
+        record = self.paths(sandbox_id).load()
+        if record is None or record.checkpointed:
+            return None
+        return self._cgroups.usage(record.current_container)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -64,6 +64,7 @@ SCOPES = (
     "audit",
     "metrics",
     "services",
+    "secrets",
     "trust",
 )
 # What each role may do: the levels it has in each scope (absent: nothing).

@@ -311,6 +311,9 @@ class LifecycleService:
                 for _ in range(count)
             ]
             await self.sb.admit(children)
+            if self.sb.secrets is not None:
+                for child in children:  # their memory holds the parent's placeholders
+                    self.sb.secrets.inherit(child.id, source.id)
             self.db.sandboxes.update(sandbox_id, operation="forking")
             try:
                 self.crash_point("fork:before-checkpoint")
@@ -318,6 +321,8 @@ class LifecycleService:
             except BaseException as exc:
                 for child in children:
                     self.db.sandboxes.delete(child.id)
+                    if self.sb.secrets is not None:
+                        self.sb.secrets.forget(child.id)
                 shutil.rmtree(image, ignore_errors=True)
                 if isinstance(exc, RuntimeFailure):
                     raise OperationFailed(f"forking sandbox {sandbox_id} failed: {exc}") from exc
@@ -357,6 +362,8 @@ class LifecycleService:
                 await self.sb.release_resources(record.id, record.slot_index)
             for child in children:
                 self.db.sandboxes.delete(child.id)
+                if self.sb.secrets is not None:
+                    self.sb.secrets.forget(child.id)
             first = failed[0]
             if isinstance(first, CorralError):
                 raise first

@@ -118,6 +118,8 @@ class PoolService:
             and request.disk_mib in (None, template.disk_mib)
             and self.sb.build_policy(request.network, request.allow, request.deny)
             == self.sb.default_policy()  # pooled sandboxes run the default policy
+            and not request.secrets  # brokered sandboxes get the CA at boot
+            and not request.secret_files
         )
         if not wanted:
             return None

@@ -16,6 +16,9 @@ Invariants:
 - secret env values are handed to the sandbox's agent over its authenticated link after boot
   and never stored (no record, no OCI config, no file), logged or returned; they live in the
   agent's memory (and so in a parked sandbox's 0600 memory image);
+- brokered secrets (``secrets.py``) put only placeholders in a sandbox: their bindings are
+  stored before it boots and dropped when it is killed; a cold boot gets the broker's CA in its
+  trust store and its secret files through its agent;
 - every agent has a key of its own (``agent_keys.py``): a cold boot is given a new one, a restore
   is rekeyed before anything else is asked of it.
 """
@@ -66,6 +69,7 @@ from corral.service.errors import (
 )
 from corral.service.policy import PolicyService
 from corral.service.quotas import check_quotas, usage_of
+from corral.service.secrets import BrokeredSetup, SecretService
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, TemplateRecord
 
@@ -116,6 +120,9 @@ class CreateRequest:
     network: str | None = None
     allow: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
+    # Brokered secrets (docs/secrets.md): their names, and files path -> (name, template).
+    secrets: list[str] = field(default_factory=list)
+    secret_files: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
 def require_state(record: SandboxRecord, action: str, *allowed: str) -> None:
@@ -173,6 +180,8 @@ class SandboxService:
         self.wake_hook: Callable[[str], Awaitable[SandboxRecord]] | None = None
         # Set by the pool service: hands out a ready sandbox that fits a request, if any.
         self.pool_hook: Callable[[CreateRequest], Awaitable[SandboxRecord | None]] | None = None
+        # Set by the workspace: the secret store and broker (None: no brokered secrets).
+        self.secrets: SecretService | None = None
 
     # ----------------------------------------------------------------------------- queries
     def capacity(self) -> CapacityReport:
@@ -493,21 +502,44 @@ class SandboxService:
                 f"template {template.name!r} is warm: its sandboxes continue from a memory image "
                 f"of {template.memory_mib} MiB, so their memory cannot be changed"
             )
-        env = {**template.env, **request.env}
+        brokered = self._brokered(request)
+        env = {**template.env, **request.env, **brokered.env}
         record = self.new_record(
             request, template.name, (cpu, memory, disk), expires, env=env, operation="creating"
         )
         record.pooled = pooled
         if pooled:
             record.owner = None  # the workspace's until a caller claims it
-        return await self.launch(
-            record,
-            template,
-            image=template.image,
-            env={**env, **request.secret_env},
-            image_dir=Path(warm) if warm else None,
-            configure=bool(request.env or request.secret_env),
-        )
+        if brokered.placeholders and self.secrets is not None:
+            self.secrets.bind(record.id, brokered.placeholders)
+        try:
+            return await self.launch(
+                record,
+                template,
+                image=template.image,
+                env={**env, **request.secret_env},
+                image_dir=Path(warm) if warm else None,
+                configure=bool(request.env or request.secret_env or brokered.env),
+                files=brokered.files,
+            )
+        except BaseException:
+            if self.secrets is not None:
+                self.secrets.forget(record.id)
+            raise
+
+    def _brokered(self, request: CreateRequest) -> BrokeredSetup:
+        """Placeholders, env and files for ``request``'s brokered secrets (checked)."""
+        if not request.secrets and not request.secret_files:
+            return BrokeredSetup()
+        if self.secrets is None:
+            raise InvalidRequest("this workspace has no secret broker")
+        setup = self.secrets.prepare(request.secrets, request.secret_files)
+        clash = sorted(set(setup.env) & (set(request.env) | set(request.secret_env)))
+        if clash:
+            raise InvalidRequest(
+                f"env names given both as brokered secrets and as env: {', '.join(clash)}"
+            )
+        return setup
 
     def new_record(
         self,
@@ -553,6 +585,7 @@ class SandboxService:
         env: dict[str, str],
         image_dir: Path | None,
         configure: bool,
+        files: dict[str, str] | None = None,
     ) -> SandboxRecord:
         """Admit ``record``, pin it to ``image`` of ``template``, and boot it cold or restore
         ``image_dir`` (a warm template's or a snapshot's memory) into it. A restored sandbox's
@@ -573,6 +606,8 @@ class SandboxService:
                     await client.set_env(env)
                 elif secret:
                     await client.set_env(secret, merge=True)
+                if self.secrets is not None and self.secrets.brokered(record.id):
+                    await self.secrets.install(client, files or {})
                 if image_dir is None and template.start_cmd:
                     # The template's start command (a Dockerfile's CMD/ENTRYPOINT, --start) runs
                     # in the background of every sandbox booted from it, tagged "start".
@@ -808,6 +843,8 @@ class SandboxService:
             await self.release_resources(sandbox_id, record.slot_index)
             if record.image_path:
                 self.remove_image(record.image_path)
+            if self.secrets is not None:
+                self.secrets.forget(sandbox_id)
             self.db.sandboxes.update(
                 sandbox_id,
                 state="killed",

@@ -19,6 +19,7 @@ from corral.storage.audit import AuditRepository
 from corral.storage.policy import PolicyRepository
 from corral.storage.project_services import ProjectServiceRepository
 from corral.storage.sandboxes import SandboxRepository
+from corral.storage.secrets import SecretRepository
 from corral.storage.snapshots import SnapshotRepository
 from corral.storage.templates import TemplateRepository
 from corral.storage.trusted_keys import TrustedKeyRepository
@@ -57,6 +58,7 @@ class Database:
         self.snapshots = SnapshotRepository(self._sessions)
         self.trusted_keys = TrustedKeyRepository(self._sessions)
         self.project_services = ProjectServiceRepository(self._sessions)
+        self.secrets = SecretRepository(self._sessions)
         self.audit = AuditRepository(self._sessions)
         self.policy = PolicyRepository(self._sessions)
 

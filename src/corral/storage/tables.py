@@ -42,7 +42,7 @@ class SandboxRow(Base):
     pooled: Mapped[bool] = mapped_column(Boolean, default=False)
     # 0006: the egress policy, JSON text (network/policy.py)
     network: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # 0007: the id of the API key that made it (None: the workspace's own, e.g. a pool's)
+    # 0008: the id of the API key that made it (None: the workspace's own, e.g. a pool's)
     owner: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
@@ -54,7 +54,7 @@ class ApiKeyRow(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
-    # 0007: scopes (None: all), expiry, use, revocation, quotas, requests per second
+    # 0008: scopes (None: all), expiry, use, revocation, quotas, requests per second
     scopes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -88,7 +88,7 @@ class TemplateRow(Base):
     # 0004: the sealed memory image of a warm template (None until warmed)
     warm_image: Mapped[str | None] = mapped_column(Text, nullable=True)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    # 0007: the key that built it, and whether members of the workspace may use it
+    # 0008: the key that built it, and whether members of the workspace may use it
     owner: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     shared: Mapped[bool] = mapped_column(Boolean, default=True)
 
@@ -110,7 +110,7 @@ class SnapshotRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     # 0004: the image the source sandbox ran on (restores must use the same one)
     image: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # 0007: the key that took it
+    # 0008: the key that took it
     owner: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
@@ -149,7 +149,7 @@ class ProjectServiceRow(Base):
 
 
 class WorkspacePolicyRow(Base):
-    """0007: the workspace policy, one row (``name`` = ``workspace``) holding its JSON."""
+    """0008: the workspace policy, one row (``name`` = ``workspace``) holding its JSON."""
 
     __tablename__ = "workspace_policy"
 
@@ -159,7 +159,7 @@ class WorkspacePolicyRow(Base):
 
 
 class AuditRow(Base):
-    """0007: one entry of the audit log. Triggers in the migration refuse UPDATE and DELETE."""
+    """0008: one entry of the audit log. Triggers in the migration refuse UPDATE and DELETE."""
 
     __tablename__ = "audit_log"
 
@@ -175,3 +175,44 @@ class AuditRow(Base):
     result: Mapped[str] = mapped_column(String(32))
     source: Mapped[str | None] = mapped_column(String(64), nullable=True)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class SecretRow(Base):
+    """0007: a brokered secret. ``sealed`` is the value encrypted (AES-GCM, ``storage/sealing.py``)
+    with the key in ``DATA/secrets.key``; nothing else in the store holds a value."""
+
+    __tablename__ = "secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    preset: Mapped[str] = mapped_column(String(16))
+    hosts: Mapped[list[str]] = mapped_column(JSON, default=list)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    sealed: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class SecretBindingRow(Base):
+    """0007: a secret given to a sandbox, and the placeholder the sandbox holds for it."""
+
+    __tablename__ = "secret_bindings"
+
+    sandbox_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(64), primary_key=True)
+    placeholder: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class SecretAuditRow(Base):
+    """0007: one injection: which sandbox used which secret on which request (never the value)."""
+
+    __tablename__ = "secret_audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    sandbox_id: Mapped[str] = mapped_column(String(32), index=True)
+    secret: Mapped[str] = mapped_column(String(64), index=True)
+    host: Mapped[str] = mapped_column(String(253))
+    method: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(Text)
