@@ -19,7 +19,8 @@ import time
 from corral.runtime.agent_client import AgentError
 from corral.service import access
 from corral.service.errors import CapacityExceeded, CorralError, NotFound
-from corral.service.sandboxes import LIVE_STATES, CreateRequest, SandboxService
+from corral.service.model import LIVE_STATES, CreateRequest
+from corral.service.sandboxes import SandboxService
 from corral.storage import SandboxRecord
 
 log = logging.getLogger("corral.pools")

@@ -36,10 +36,10 @@ from corral.service.project_services import ProjectServices
 from corral.service.ratelimit import RateLimiter
 from corral.service.sandboxes import SandboxService
 from corral.service.secrets import SecretService
-from corral.service.snapshots import SnapshotService
+from corral.service.snapshots.service import SnapshotService
+from corral.service.snapshots.transfer import TransferService
+from corral.service.snapshots.trust import TrustService
 from corral.service.templates import TemplateService
-from corral.service.transfer import TransferService
-from corral.service.trust import TrustService
 from corral.service.warm import WarmService
 from corral.storage import Database
 from corral.storage.sealing import Sealer

@@ -35,7 +35,11 @@ from typing import Any
 from corral.paths import inside
 from corral.service import access
 from corral.service.errors import CapacityExceeded, CorralError, InvalidRequest, StateConflict
-from corral.service.export_format import (
+from corral.service.images import IMAGE_COMPLETE, image_complete, image_size_mib, seal_image
+from corral.service.lifecycle import LifecycleService, refuse_secrets
+from corral.service.model import LIVE_STATES, CreateRequest, new_sandbox_id, require_state
+from corral.service.sandboxes import SandboxService
+from corral.service.snapshots.export_format import (
     CHUNK,
     ExportReader,
     Manifest,
@@ -44,25 +48,14 @@ from corral.service.export_format import (
     parse_manifest,
     write_export,
 )
-from corral.service.lifecycle import LifecycleService, refuse_secrets, seal_image
-from corral.service.sandboxes import (
-    IMAGE_COMPLETE,
-    LIVE_STATES,
-    CreateRequest,
-    SandboxService,
-    image_complete,
-    image_size_mib,
-    new_sandbox_id,
-    require_state,
-)
-from corral.service.snapshots import (
+from corral.service.snapshots.service import (
     FS_ARCHIVE,
     FS_DELETED,
     SnapshotService,
     check_name,
     load_deleted,
 )
-from corral.service.trust import Signer, TrustService, UntrustedExport
+from corral.service.snapshots.trust import Signer, TrustService, UntrustedExport
 from corral.storage import SandboxRecord, SnapshotRecord
 
 __all__ = ["Imported", "TransferService"]

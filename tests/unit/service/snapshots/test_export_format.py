@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from corral.service.errors import InvalidRequest
-from corral.service.export_format import (
+from corral.service.snapshots.export_format import (
     MAX_FILES,
     ExportReader,
     FileEntry,

@@ -42,7 +42,8 @@ from corral.images.oci import ImageSource, parse_source
 from corral.images.steps import BuildStep, DockerfileError, parse_dockerfile
 from corral.service import access
 from corral.service.errors import CapacityExceeded, InvalidRequest, NotFound, StateConflict
-from corral.service.uploads import UploadService
+from corral.service.model import LIVE_STATES
+from corral.service.templates.uploads import UploadService
 from corral.storage import Database, TemplateRecord
 from corral.storage.records import TemplatePin
 
@@ -50,7 +51,6 @@ __all__ = ["BuildRequest", "TemplateService", "canonical_name"]
 
 log = logging.getLogger("corral.templates")
 
-_LIVE = {"creating", "running", "parked"}
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?")
 _SOURCE_SCHEMES = ("docker-archive:", "oci:", "registry:")
 _UPLOAD = "upload:"
@@ -246,7 +246,7 @@ class TemplateService:
         name = canonical_name(name)
         return [
             r.id
-            for r in self._db.sandboxes.list(states=_LIVE)
+            for r in self._db.sandboxes.list(states=LIVE_STATES)
             if r.template == name and not r.pooled and access.visible(r.owner)
         ]
 
@@ -261,7 +261,7 @@ class TemplateService:
         name = canonical_name(name)
         return [
             r.id
-            for r in self._db.sandboxes.list(states=_LIVE)
+            for r in self._db.sandboxes.list(states=LIVE_STATES)
             if r.template == name and not r.pooled
         ]
 
@@ -634,7 +634,7 @@ class TemplateService:
     async def gc(self) -> tuple[builtins.list[str], builtins.list[str]]:
         """Delete images and layers no template and no live sandbox uses."""
         async with self._store_lock:
-            live = {r.id for r in self._db.sandboxes.list(states=_LIVE)}
+            live = {r.id for r in self._db.sandboxes.list(states=LIVE_STATES)}
             pins = self._db.templates.pins()
             self._db.templates.unpin([p.sandbox_id for p in pins if p.sandbox_id not in live])
             for sandbox_id in list(self._defaults):

@@ -44,12 +44,10 @@ import contextlib
 import dataclasses
 import logging
 import os
-import secrets
 import shutil
 import string
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -60,15 +58,15 @@ from corral.images.mounts import mount_overlay, unmount
 from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout
 from corral.images.steps import BuildStep
 from corral.network.base import Network, Slot
-from corral.network.policy import EgressPolicy, NetworkMode
-from corral.network.sandbox_net import EgressControl, FakeEgress, write_resolv_conf
+from corral.network.sandbox_net import EgressControl, FakeEgress
 from corral.runtime.agent_client import AgentClient, AgentError
-from corral.runtime.base import AgentMount, Resources, Runtime, SandboxSpec
+from corral.runtime.base import AgentMount, Resources, Runtime
 from corral.runtime.disk import DiskError, create_disk, remove_disk
 from corral.runtime.host_commands import CommandError, run_command
-from corral.service.agent_keys import new_agent_key
-from corral.service.build_copy import CopyFailed, copy_sources
-from corral.service.build_log import BuildHandle
+from corral.service.builds.copy import CopyFailed, copy_sources
+from corral.service.builds.log import BuildHandle
+from corral.service.builds.plan import BuildFailed, BuildPlan
+from corral.service.builds.sandbox import BuildSandbox
 from corral.storage import TemplateRecord
 
 __all__ = ["BuildFailed", "BuildHandle", "BuildPlan", "TemplateBuilder"]
@@ -77,123 +75,6 @@ log = logging.getLogger("corral.builds")
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 _AGENT_DIR = ".corral"  # the agent's mount points, made in the root by runsc; not image content
-
-
-class BuildFailed(Exception):
-    """A build step failed; ``index`` and ``exit_code`` say which and how."""
-
-    def __init__(self, message: str, *, index: int | None = None, exit_code: int | None = None):
-        super().__init__(message)
-        self.index = index
-        self.exit_code = exit_code
-
-
-@dataclass
-class BuildPlan:
-    """A validated build: where to start from and what to do. ``base`` is a template record to
-    build on, or ``source`` an image to import; ``template`` holds the new template's fields
-    (image filled in at the end); ``tags`` are the further names the result gets."""
-
-    template: TemplateRecord
-    steps: list[BuildStep]
-    base: TemplateRecord | None = None
-    source: ImageSource | None = None
-    source_label: str | None = None
-    context: Path | None = None
-    tags: list[str] = field(default_factory=list)
-    build_args: dict[str, str] = field(default_factory=dict)
-    resources: Resources | None = None
-    step_timeout: float = 1800.0
-    network: str = "internet"
-    uploads: list[str] = field(default_factory=list)
-    """Ids of the uploads the build reads; ``start_build`` takes them over into ``owned``."""
-    owned: list[Path] = field(default_factory=list)
-    """Private dirs the build took over (its uploads); removed when it ends."""
-
-    @property
-    def needs_sandbox(self) -> bool:
-        return any(step.kind in ("run", "copy", "workdir") for step in self.steps)
-
-    @property
-    def label(self) -> str:
-        if self.source_label:
-            return self.source_label
-        return str(self.source) if self.source else (self.base.name if self.base else "")
-
-
-class _BuildSandbox:
-    """The sandbox that runs a build's filesystem steps, booted on first use."""
-
-    def __init__(
-        self,
-        builder: TemplateBuilder,
-        root: Path,
-        config: ImageConfig,
-        resources: Resources,
-        network: str = "internet",
-    ) -> None:
-        self._b = builder
-        self.network = network
-        self.root = root
-        self.config = config
-        self.resources = resources
-        self.sandbox_id = "bd-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
-        self.slot: Slot | None = None
-        self.client: AgentClient | None = None
-        self.started = False
-        self.egress = False
-
-    async def agent(self) -> AgentClient:
-        if self.client is not None:
-            return self.client
-        b = self._b
-        self.slot = await b.network.lease()
-        await b.network.prepare(self.slot)
-        self.egress = True
-        await b.egress.attach(self.sandbox_id, self.slot, EgressPolicy(NetworkMode(self.network)))
-        mount = b.agent_mount
-        key = new_agent_key()
-        spec = SandboxSpec(
-            sandbox_id=self.sandbox_id,
-            rootfs=self.root,
-            resources=self.resources,
-            agent=AgentMount(mounts=mount.mounts, argv=mount.argv, env=mount.env),
-            netns_path=self.slot.netns_path,
-            annotations={"corral.build": "1"},
-            writable_root=True,
-            agent_key=key,
-            resolv_conf=write_resolv_conf(b.settings.data_dir / "network"),
-        )
-        self.started = True
-        await b.runtime.start(spec)
-        client = b.connect_agent(self.sandbox_id, self.slot)
-        client.set_key(key)  # kept in memory only: a build sandbox is never restored
-        self.client = client
-        await client.wait_ready(b.settings.agent_ready_timeout)
-        return client
-
-    async def close(self) -> None:
-        b = self._b
-        if self.client is not None:
-            with contextlib.suppress(Exception):
-                await self.client.aclose()
-            self.client = None
-        if self.started:
-            try:
-                await b.runtime.destroy(self.sandbox_id)
-            except Exception as exc:
-                log.error("build sandbox %s: destroying it failed: %s", self.sandbox_id, exc)
-            self.started = False
-        if self.egress:
-            try:
-                await b.egress.detach(self.sandbox_id)
-            except Exception as exc:
-                log.error("build sandbox %s: stopping its egress failed: %s", self.sandbox_id, exc)
-            self.egress = False
-        if self.slot is not None:
-            with contextlib.suppress(Exception):
-                await b.network.release(self.slot)
-            self.slot = None
 
 
 class TemplateBuilder:
@@ -297,7 +178,7 @@ class TemplateBuilder:
         """Run ``plan``, reporting to ``handle``; returns the new template or None if it failed."""
         started = time.monotonic()
         work = self.store.work_dir(".build-")
-        sandbox: _BuildSandbox | None = None
+        sandbox: BuildSandbox | None = None
         merged = work / "root"
         disk_image, disk = work / "disk.img", work / "disk"
         mounted = disk_made = False
@@ -339,7 +220,7 @@ class TemplateBuilder:
                     work=disk / "work",
                 )
                 mounted = True
-                sandbox = _BuildSandbox(self, merged, config, resources, plan.network)
+                sandbox = BuildSandbox(self, merged, config, resources, plan.network)
                 if any(step.kind == "run" for step in plan.steps):
                     await say(f"RUN steps run with network mode {plan.network}")
             for i, step in enumerate(plan.steps, 1):
@@ -463,7 +344,7 @@ class TemplateBuilder:
         self,
         step: BuildStep,
         config: ImageConfig,
-        sandbox: _BuildSandbox | None,
+        sandbox: BuildSandbox | None,
         plan: BuildPlan,
         handle: BuildHandle,
         index: int,

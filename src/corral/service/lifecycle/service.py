@@ -30,7 +30,6 @@ import dataclasses
 import logging
 import os
 import shutil
-import signal
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -40,6 +39,7 @@ from corral.network.base import Slot
 from corral.paths import PathEscape, inside
 from corral.runtime.base import RuntimeFailure, RuntimeStatus
 from corral.service import access
+from corral.service.crash import crash_point
 from corral.service.errors import (
     CapacityExceeded,
     CorralError,
@@ -47,45 +47,15 @@ from corral.service.errors import (
     OperationFailed,
     StateConflict,
 )
-from corral.service.sandboxes import (
-    IMAGE_COMPLETE,
-    LIVE_STATES,
-    SandboxService,
-    image_complete,
-    image_size_mib,
-    new_sandbox_id,
-    require_state,
-)
+from corral.service.images import image_complete, image_size_mib, seal_image
+from corral.service.model import LIVE_STATES, new_sandbox_id, require_state
+from corral.service.sandboxes import SandboxService
 from corral.storage import SandboxRecord
 
 log = logging.getLogger("corral.lifecycle")
 
 MAX_FORK = 64
 FORK_CONCURRENCY = 4
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def seal_image(partial: Path, final: Path, *, root: Path) -> None:
-    """Mark a fully written image complete and move it into place, durably. Both paths must
-    resolve inside ``root`` (the images' own directory): nothing outside it is ever replaced."""
-    partial, final = inside(root, partial), inside(root, final)
-    marker = partial / IMAGE_COMPLETE
-    with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-        handle.write(f"{time.time()}\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    fsync_dir(partial)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(partial, final)
-    fsync_dir(final.parent)
 
 
 class LifecycleService:
@@ -123,9 +93,7 @@ class LifecycleService:
 
     def crash_point(self, step: str) -> None:
         """Crash tests only: die here, as SIGKILL would, when told to (CORRAL_CRASH_AT)."""
-        if self.settings.crash_at == step:
-            log.warning("crash point %s reached: killing the daemon", step)
-            os.kill(os.getpid(), signal.SIGKILL)
+        crash_point(self.settings, step)
 
     # ---------------------------------------------------------------------------- park
     def _park_paths(self, sandbox_id: str) -> tuple[Path, Path]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.service.fs_capture import (
+from corral.service.snapshots.fs_capture import (
     BadListing,
     Entry,
     check_path,
@@ -90,7 +90,7 @@ def test_compare_finds_changes_and_deletions_without_touching_the_host() -> None
 
 
 def test_the_resolver_config_is_never_captured() -> None:
-    from corral.service.fs_capture import Entry, compare
+    from corral.service.snapshots.fs_capture import Entry, compare
 
     image = {b"/etc/resolv.conf": Entry(b"f", 1, 1, b"/etc/resolv.conf")}
     listed = [Entry(b"f", 40, 2, b"/etc/resolv.conf")]  # the read-only bind mount differs

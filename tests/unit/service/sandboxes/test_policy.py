@@ -8,7 +8,7 @@ import pytest
 from corral.network.policy import NetworkMode
 from corral.network.sandbox_net import FakeEgress
 from corral.service.errors import InvalidRequest
-from corral.service.sandboxes import CreateRequest
+from corral.service.model import CreateRequest
 from tests.unit.conftest import Harness
 
 

@@ -30,13 +30,10 @@ import builtins
 import contextlib
 import ipaddress
 import logging
-import os
 import secrets
 import shutil
-import string
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral.config import Settings
@@ -59,13 +56,24 @@ from corral.service.capacity import CapacityModel, CapacityReport
 from corral.service.errors import (
     CapacityExceeded,
     CorralError,
-    ExecFailed,
     InvalidRequest,
     NotFound,
     OperationFailed,
     SandboxUnavailable,
     StateConflict,
-    TooLarge,
+)
+from corral.service.images import image_complete, make_private
+from corral.service.model import (
+    ENDED_STATES,
+    LIVE_STATES,
+    MIN_CPU,
+    MIN_DISK_MIB,
+    MIN_MEMORY_MIB,
+    PRUNED_STATES,
+    TIMEOUT_ACTIONS,
+    CreateRequest,
+    new_sandbox_id,
+    require_state,
 )
 from corral.service.policy import PolicyService
 from corral.service.quotas import check_quotas, usage_of
@@ -74,73 +82,6 @@ from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, TemplateRecord
 
 log = logging.getLogger("corral.sandboxes")
-
-ID_ALPHABET = string.ascii_lowercase + string.digits
-ID_LENGTH = 12
-LIVE_STATES = {"creating", "running", "parked"}
-# Not listed by default; their records (and failed ones') are pruned after the retention.
-ENDED_STATES = {"killed", "stopped"}
-PRUNED_STATES = {*ENDED_STATES, "error"}
-MIN_MEMORY_MIB = 64
-MIN_DISK_MIB = 32
-MIN_CPU = 0.05
-TIMEOUT_ACTIONS = ("kill", "park")
-IMAGE_COMPLETE = ".complete"
-
-
-def new_sandbox_id() -> str:
-    """A fixed-width id (runsc matches container ids by prefix, so widths must not vary)."""
-    return "sb-" + "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
-
-
-def image_complete(image_dir: Path | str | None) -> bool:
-    """Whether a checkpoint image was fully written (the marker is written last, fsynced)."""
-    return image_dir is not None and (Path(image_dir) / IMAGE_COMPLETE).is_file()
-
-
-def image_size_mib(image_dir: Path) -> int:
-    total = sum(p.stat().st_size for p in image_dir.rglob("*") if p.is_file())
-    return max(1, -(-total // (1024 * 1024)))
-
-
-@dataclass
-class CreateRequest:
-    template: str = "base"
-    cpu: float | None = None
-    memory_mib: int | None = None
-    disk_mib: int | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    metadata: dict[str, str] = field(default_factory=dict)
-    ttl_seconds: int | None = None
-    secret_env: dict[str, str] = field(default_factory=dict)
-    on_timeout: str = "kill"
-    auto_park_idle: int | None = None
-    auto_wake: bool = False
-    # Egress (docs/network.md): a mode (None: the workspace's default) and rule texts.
-    network: str | None = None
-    allow: list[str] = field(default_factory=list)
-    deny: list[str] = field(default_factory=list)
-    # Brokered secrets (docs/secrets.md): their names, and files path -> (name, template).
-    secrets: list[str] = field(default_factory=list)
-    secret_files: dict[str, tuple[str, str | None]] = field(default_factory=dict)
-
-
-def require_state(record: SandboxRecord, action: str, *allowed: str) -> None:
-    """The one guard of every transition: raise StateConflict unless the state allows ``action``."""
-    if record.state not in allowed or (record.operation and record.state != "creating"):
-        hint = ""
-        if record.operation and record.state in allowed:
-            raise StateConflict(
-                f"cannot {action} sandbox {record.id}: it is busy {record.operation}; "
-                "try again when that has finished"
-            )
-        if record.state in {"killed", "stopped"}:
-            hint = "; it is gone, create a new sandbox"
-        elif record.state == "error":
-            hint = f" ({record.error}); kill it and create a new one"
-        elif record.state == "parked":
-            hint = "; wake it first"
-        raise StateConflict(f"cannot {action} sandbox {record.id} in state {record.state}{hint}")
 
 
 class SandboxService:
@@ -502,6 +443,11 @@ class SandboxService:
                 f"template {template.name!r} is warm: its sandboxes continue from a memory image "
                 f"of {template.memory_mib} MiB, so their memory cannot be changed"
             )
+        if warm is not None and disk != template.disk_mib:
+            raise InvalidRequest(
+                f"template {template.name!r} is warm: its sandboxes continue from a memory image "
+                f"whose root holds a {template.disk_mib} MiB disk, so their disk cannot be changed"
+            )
         brokered = self._brokered(request)
         env = {**template.env, **request.env, **brokered.env}
         record = self.new_record(
@@ -827,7 +773,7 @@ class SandboxService:
         await self.runtime.checkpoint(
             sandbox_id, image_dir, leave_running=leave_running, defer_cleanup=defer_cleanup
         )
-        await asyncio.to_thread(_make_private, image_dir)
+        await asyncio.to_thread(make_private, image_dir)
 
     # ------------------------------------------------------------------------------ kill
     async def kill(self, sandbox_id: str) -> None:
@@ -936,52 +882,3 @@ class SandboxService:
             with contextlib.suppress(Exception):
                 await client.aclose()
         self._clients.clear()
-
-
-def _make_private(directory: Path) -> None:
-    """0700 on ``directory`` and the dirs below it, 0600 on its files."""
-    os.chmod(directory, 0o700)
-    for root, dirs, files in os.walk(directory):
-        for name in dirs:
-            os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
-        for name in files:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o600)
-
-
-# The codes a sandbox's agent may answer with (agent/errors.py). The agent runs inside the sandbox
-# and is not trusted: any other code it sends is reported as the daemon's `internal`.
-AGENT_CODES = frozenset(
-    {
-        "bad_request",
-        "is_a_directory",
-        "not_a_directory",
-        "exists",
-        "conflict",
-        "not_found",
-        "permission_denied",
-        "no_space",
-        "exec_failed",
-        "too_large",
-    }
-)
-
-
-def translate_agent_error(sandbox_id: str, exc: AgentError) -> CorralError:
-    """Map an error the agent reported to the service's tree (keeping the agent's code)."""
-    code = getattr(exc, "code", None) or "internal"
-    message = f"sandbox {sandbox_id}: {exc}"
-    if code not in AGENT_CODES:
-        return OperationFailed(message)
-    if code == "not_found":
-        return NotFound(message)
-    if code == "exec_failed":
-        return ExecFailed(message)
-    if code == "conflict":
-        return StateConflict(message)
-    if code == "too_large":
-        return TooLarge(message)
-    if code in {"bad_request", "is_a_directory", "not_a_directory"}:
-        return InvalidRequest(message, code=code)
-    return CorralError(message, code=code)  # exists, permission_denied, no_space

@@ -27,7 +27,7 @@ from typing import Any
 from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import RuntimeFailure
-from corral.service import access, fs_capture
+from corral.service import access
 from corral.service.errors import (
     CapacityExceeded,
     InvalidRequest,
@@ -35,14 +35,11 @@ from corral.service.errors import (
     OperationFailed,
     StateConflict,
 )
-from corral.service.lifecycle import LifecycleService, refuse_secrets, seal_image
-from corral.service.sandboxes import (
-    CreateRequest,
-    SandboxService,
-    image_complete,
-    image_size_mib,
-    require_state,
-)
+from corral.service.images import image_complete, image_size_mib, seal_image
+from corral.service.lifecycle import LifecycleService, refuse_secrets
+from corral.service.model import CreateRequest, require_state
+from corral.service.sandboxes import SandboxService
+from corral.service.snapshots import fs_capture
 from corral.storage import SandboxRecord, SnapshotRecord
 
 log = logging.getLogger("corral.snapshots")
@@ -52,6 +49,12 @@ FS_ARCHIVE = "files.tar"
 FS_DELETED = "deleted.json"
 RESTORE_TAR = "/tmp/.corral-restore.tar"
 LIST_FILE = "/tmp/.corral-snapshot.list"
+
+
+def snapshot_owner(name: str) -> str:
+    """Who holds a memory snapshot's brokered-secret bindings (``secrets.inherit``) until a
+    sandbox restored from it takes them over."""
+    return f"snapshot:{name}"
 
 
 def check_name(name: str) -> str:
@@ -158,6 +161,8 @@ class SnapshotService:
     async def remove(self, name: str) -> None:
         record = self.get(name)
         self.db.snapshots.delete(name)
+        if self.sb.secrets is not None:
+            self.sb.secrets.forget(snapshot_owner(name))
         await asyncio.to_thread(self._remove_image, record.image_path)
 
     # ---------------------------------------------------------------------------- take
@@ -217,6 +222,9 @@ class SnapshotService:
             finally:
                 with contextlib.suppress(KeyError):
                     self.db.sandboxes.update(sandbox_id, operation=None)
+            if not fs_only and self.sb.secrets is not None:
+                # Its memory holds the source's placeholders: what it restores into gets them.
+                self.sb.secrets.inherit(snapshot_owner(name), sandbox_id)
             size = await asyncio.to_thread(image_size_mib, final)
             log.info(
                 "sandbox %s: snapshot %s taken (%s, %d MiB)", sandbox_id, name, record.kind, size
@@ -310,8 +318,13 @@ class SnapshotService:
                 f"snapshot {name!r} holds a memory image of a {snapshot.memory_mib} MiB sandbox; "
                 "its memory cannot be changed"
             )
+        if request.disk_mib not in (None, snapshot.disk_mib):
+            raise InvalidRequest(
+                f"snapshot {name!r} holds a memory image of a sandbox with a {snapshot.disk_mib} "
+                "MiB disk (its root's size is in that memory); its disk cannot be changed"
+            )
         request.memory_mib = snapshot.memory_mib
-        request.disk_mib = request.disk_mib or snapshot.disk_mib
+        request.disk_mib = snapshot.disk_mib
         request.cpu = request.cpu or snapshot.cpu
         if request.secret_env:
             raise InvalidRequest("secret env cannot be given to a sandbox restored from memory")
@@ -334,14 +347,22 @@ class SnapshotService:
             parent_id=snapshot.source_id,
         )
         template = self.sb.templates.get(snapshot.template)
-        return await self.sb.launch(
-            record,
-            template,
-            image=snapshot.image or template.image,
-            env=record.env,
-            image_dir=inside(self.dir, snapshot.image_path),
-            configure=bool(request.env),
-        )
+        secrets = self.sb.secrets
+        if secrets is not None:
+            secrets.inherit(record.id, snapshot_owner(name))
+        try:
+            return await self.sb.launch(
+                record,
+                template,
+                image=snapshot.image or template.image,
+                env=record.env,
+                image_dir=inside(self.dir, snapshot.image_path),
+                configure=bool(request.env),
+            )
+        except BaseException:
+            if secrets is not None:
+                secrets.forget(record.id)
+            raise
 
     async def _apply_files(self, record: SandboxRecord, image: Path) -> None:
         client = self.sb.agent(record.id, "restore files into")

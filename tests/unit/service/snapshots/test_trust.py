@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from corral.service.errors import InvalidRequest, NotFound, StateConflict
-from corral.service.trust import (
+from corral.service.snapshots.trust import (
     SELF_NAME,
     SIGNING_CONTEXT,
     TrustService,
