@@ -25,6 +25,7 @@ from corral.api.routes import (
     keys,
     metrics,
     policy,
+    ports,
     processes,
     sandboxes,
     secrets,
@@ -93,6 +94,7 @@ def create_app(
         audit,
         events,
         metrics,
+        ports,
         secrets,
         console,
     ):

@@ -46,6 +46,10 @@ ROUTES: dict[str, Permission] = {
     "make_dir": _p("sandboxes", "write"),
     "move_file": _p("sandboxes", "write"),
     "remove_file": _p("sandboxes", "write"),
+    # a port's listing holds its access token: the sandbox's owner's (or an admin's)
+    "list_ports": _p("sandboxes", "write"),
+    "open_port": _p("sandboxes", "write"),
+    "close_port": _p("sandboxes", "write"),
     # an export carries a sandbox's whole memory and disk: its owner's (or an admin's) call
     "export_sandbox": _p("snapshots", "write"),
     # templates

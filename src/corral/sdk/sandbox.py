@@ -30,6 +30,7 @@ from corral.sdk.models import (
     SnapshotInfo,
 )
 from corral.sdk.network import AsyncNetwork
+from corral.sdk.ports import AsyncPorts
 from corral.sdk.process import (
     AsyncProcess,
     EventCallback,
@@ -81,6 +82,7 @@ class AsyncSandbox:
         self.files = AsyncFiles(self)
         self.pty = AsyncPtys(self)
         self.network = AsyncNetwork(self)
+        self.ports = AsyncPorts(self)
 
     def __repr__(self) -> str:
         return f"<AsyncSandbox {self.id} {self._info.state}>"

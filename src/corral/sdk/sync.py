@@ -27,6 +27,7 @@ from corral.sdk.models import (
     ImportResult,
     NetworkChange,
     NetworkPolicy,
+    PortInfo,
     ProcessEvent,
     ProcessInfo,
     ProjectServiceInfo,
@@ -40,6 +41,7 @@ from corral.sdk.models import (
     WriteResult,
 )
 from corral.sdk.network import AsyncNetwork
+from corral.sdk.ports import AsyncPorts
 from corral.sdk.process import AsyncProcess, EventCallback, OutputCallback
 from corral.sdk.pty import Ptys
 from corral.sdk.sandbox import AsyncSandbox, _Opening
@@ -149,6 +151,22 @@ class Network:
         return portal().call(self._async.update(mode, allow=allow, deny=deny))
 
 
+class Ports:
+    """`sandbox.ports`, synchronous. See `AsyncPorts`."""
+
+    def __init__(self, inner: AsyncPorts) -> None:
+        self._async = inner
+
+    def open(self, port: int, *, public: bool = False) -> PortInfo:
+        return portal().call(self._async.open(port, public=public))
+
+    def list(self) -> builtins.list[PortInfo]:
+        return portal().call(self._async.list())
+
+    def close(self, port: int) -> None:
+        portal().call(self._async.close(port))
+
+
 class Sandbox:
     """One sandbox, synchronous. `with Sandbox.create() as sbx:` kills it on exit.
 
@@ -161,6 +179,7 @@ class Sandbox:
         self.files = Files(inner.files)
         self.pty = Ptys(inner.pty)
         self.network = Network(inner.network)
+        self.ports = Ports(inner.ports)
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id}>"

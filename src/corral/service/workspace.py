@@ -31,6 +31,7 @@ from corral.service.lifecycle import LifecycleService
 from corral.service.metrics import MetricsService
 from corral.service.policy import PolicyService
 from corral.service.pools import PoolService
+from corral.service.ports import PortService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
 from corral.service.ratelimit import RateLimiter
@@ -66,6 +67,7 @@ class Workspace:
     trust: TrustService
     pools: PoolService
     services: ProjectServices
+    ports: PortService
     secrets: SecretService
     metrics: MetricsService
     policy: PolicyService
@@ -136,6 +138,7 @@ class Workspace:
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes),
+            ports=PortService(sandboxes),
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
             policy=sandboxes.policy,

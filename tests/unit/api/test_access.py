@@ -59,6 +59,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "move_file": SANDBOX_WRITE,
     "remove_file": SANDBOX_WRITE,
     "snapshot_sandbox": SANDBOX_WRITE,
+    "list_ports": SANDBOX_WRITE,
+    "open_port": SANDBOX_WRITE,
+    "close_port": SANDBOX_WRITE,
     "list_templates": TEMPLATE_READ,
     "get_template": TEMPLATE_READ,
     "template_logs": TEMPLATE_READ,
@@ -123,6 +126,7 @@ def fill(path: str, sandbox_id: str) -> str:
     return (
         path.replace("{sandbox_id}", sandbox_id)
         .replace("{pid}", "999999")
+        .replace("{port}", "8080")
         .replace("{name}", "no-such-thing")
     )
 

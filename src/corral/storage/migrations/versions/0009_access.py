@@ -1,15 +1,15 @@
 """Many users on one workspace: key roles, scopes, expiry and quotas; owners of sandboxes,
 snapshots and templates; the workspace policy; the append-only audit log.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
