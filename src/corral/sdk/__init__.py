@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         PortInfo,
         ProcessEvent,
         ProcessInfo,
+        ProjectServiceInfo,
         ResourceUsage,
         SandboxInfo,
         SandboxOptions,
@@ -57,10 +58,21 @@ if TYPE_CHECKING:
         SecretInfo,
         SnapshotInfo,
         TemplateInfo,
+        TrustedKey,
         WriteResult,
+    )
+    from corral.sdk.network import (
+        AsyncNetwork,
+    )
+    from corral.sdk.ports import (
+        AsyncPorts,
     )
     from corral.sdk.process import (
         AsyncProcess,
+    )
+    from corral.sdk.pty import (
+        AsyncPty,
+        AsyncPtys,
     )
     from corral.sdk.sandbox import (
         AsyncSandbox,
@@ -68,9 +80,13 @@ if TYPE_CHECKING:
     from corral.sdk.sync import (
         Client,
         Files,
+        Keys,
         Network,
+        Policy,
         Ports,
         Process,
+        Pty,
+        Ptys,
         Sandbox,
     )
     from corral.sdk.templates import (
@@ -81,6 +97,8 @@ if TYPE_CHECKING:
     )
     from corral.sdk.workspace import (
         ApiKeyInfo,
+        AsyncKeys,
+        AsyncPolicy,
         AuditEntry,
         Event,
         WorkspacePolicy,
@@ -89,12 +107,20 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "APIError": "corral.sdk.errors",
     "ApiKeyInfo": "corral.sdk.workspace",
+    "AsyncKeys": "corral.sdk.workspace",
+    "AsyncPolicy": "corral.sdk.workspace",
+    "Keys": "corral.sdk.sync",
+    "Policy": "corral.sdk.sync",
     "AuditEntry": "corral.sdk.workspace",
     "Event": "corral.sdk.workspace",
     "WorkspacePolicy": "corral.sdk.workspace",
     "AsyncClient": "corral.sdk.client",
     "AsyncFiles": "corral.sdk.files",
+    "AsyncNetwork": "corral.sdk.network",
+    "AsyncPorts": "corral.sdk.ports",
     "AsyncProcess": "corral.sdk.process",
+    "AsyncPty": "corral.sdk.pty",
+    "AsyncPtys": "corral.sdk.pty",
     "AsyncSandbox": "corral.sdk.sandbox",
     "AsyncTemplate": "corral.sdk.templates",
     "AuthenticationError": "corral.sdk.errors",
@@ -127,6 +153,9 @@ _EXPORTS = {
     "Process": "corral.sdk.sync",
     "ProcessEvent": "corral.sdk.models",
     "ProcessInfo": "corral.sdk.models",
+    "ProjectServiceInfo": "corral.sdk.models",
+    "Pty": "corral.sdk.sync",
+    "Ptys": "corral.sdk.sync",
     "ResourceUsage": "corral.sdk.models",
     "Sandbox": "corral.sdk.sync",
     "SandboxInfo": "corral.sdk.models",
@@ -139,6 +168,7 @@ _EXPORTS = {
     "TemplateInfo": "corral.sdk.models",
     "Timeout": "corral.sdk.errors",
     "TooLarge": "corral.sdk.errors",
+    "TrustedKey": "corral.sdk.models",
     "UntrustedExport": "corral.sdk.errors",
     "WriteResult": "corral.sdk.models",
 }
@@ -148,7 +178,13 @@ __all__ = [
     "ApiKeyInfo",
     "AsyncClient",
     "AsyncFiles",
+    "AsyncKeys",
+    "AsyncNetwork",
+    "AsyncPolicy",
+    "AsyncPorts",
     "AsyncProcess",
+    "AsyncPty",
+    "AsyncPtys",
     "AsyncSandbox",
     "AsyncTemplate",
     "AuditEntry",
@@ -169,18 +205,23 @@ __all__ = [
     "Files",
     "ImportResult",
     "InvalidRequest",
+    "Keys",
     "Network",
     "NetworkChange",
     "NetworkPolicy",
     "NoSpace",
     "NotFound",
     "PermissionDenied",
+    "Policy",
     "PolicyDenied",
     "PortInfo",
     "Ports",
     "Process",
     "ProcessEvent",
     "ProcessInfo",
+    "ProjectServiceInfo",
+    "Pty",
+    "Ptys",
     "QuotaExceeded",
     "RateLimited",
     "ResourceUsage",
@@ -195,6 +236,7 @@ __all__ = [
     "TemplateInfo",
     "Timeout",
     "TooLarge",
+    "TrustedKey",
     "UntrustedExport",
     "WorkspacePolicy",
     "WriteResult",

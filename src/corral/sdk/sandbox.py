@@ -18,7 +18,7 @@ import httpx
 from typing_extensions import Unpack
 
 from corral.sdk._content import UploadData
-from corral.sdk._exec_wire import build_exec_body
+from corral.sdk._exec_wire import OutputCollector, build_exec_body
 from corral.sdk._transfer import Destination, download
 from corral.sdk.errors import ConnectionFailed, CorralError, NotFound
 from corral.sdk.files import AsyncFiles
@@ -35,7 +35,6 @@ from corral.sdk.process import (
     AsyncProcess,
     EventCallback,
     OutputCallback,
-    OutputCollector,
     stream_exec,
 )
 from corral.sdk.pty import AsyncPtys
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from corral.sdk._http import HTTPSession
     from corral.sdk.client import AsyncClient
 
-__all__ = ["AsyncSandbox", "build_exec_body"]
+__all__ = ["AsyncSandbox"]
 
 
 class _Opening:

@@ -1,21 +1,20 @@
 """The workspace's shared side: API keys, the workspace policy, the audit log and events.
 
 `client.keys`, `client.policy`, `client.audit(...)` and `client.events()` (async iterator of
-`Event`) on `AsyncClient`; `Client` wraps the same calls synchronously. Keys, policy changes and
-the audit log need an admin key; every key may read the policy, ask about itself
-(`client.keys.me()`) and follow the events it may see.
+`Event`) on `AsyncClient`; `Client` has the same calls synchronously (generated into sync.py).
+Keys, policy changes and the audit log need an admin key; every key may read the policy, ask
+about itself (`client.keys.me()`) and follow the events it may see.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from corral.sdk._http import HTTPSession
-from corral.sdk._portal import portal
 from corral.sdk.models import _Wire
 
 __all__ = [
@@ -24,8 +23,6 @@ __all__ = [
     "AsyncPolicy",
     "AuditEntry",
     "Event",
-    "Keys",
-    "Policy",
     "WorkspacePolicy",
 ]
 
@@ -223,39 +220,3 @@ async def events(session: HTTPSession) -> AsyncIterator[Event]:
                 payload.setdefault("kind", kind)
                 yield Event.from_wire(payload)
                 kind, data = "", []
-
-
-class Keys:
-    """Synchronous `client.keys`."""
-
-    def __init__(self, inner: AsyncKeys) -> None:
-        self._async = inner
-
-    def create(self, name: str, **options: Any) -> ApiKeyInfo:
-        return portal().call(self._async.create(name, **options))
-
-    def list(self) -> list[ApiKeyInfo]:
-        return portal().call(self._async.list())
-
-    def revoke(self, name: str) -> None:
-        portal().call(self._async.revoke(name))
-
-    def me(self) -> ApiKeyInfo:
-        return portal().call(self._async.me())
-
-
-class Policy:
-    """Synchronous `client.policy`."""
-
-    def __init__(self, inner: AsyncPolicy) -> None:
-        self._async = inner
-
-    def get(self) -> WorkspacePolicy:
-        return portal().call(self._async.get())
-
-    def set(self, **changes: Any) -> WorkspacePolicy:
-        return portal().call(self._async.set(**changes))
-
-
-def iterate_events(session: HTTPSession) -> Iterator[Event]:
-    return portal().iterate(events(session))
