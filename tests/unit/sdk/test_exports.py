@@ -61,7 +61,9 @@ def test_every_module_exports_only_what_it_defines() -> None:
         for name in getattr(module, "__all__", []):
             value = getattr(module, name)
             if inspect.isclass(value) or inspect.isfunction(value):
-                assert value.__module__ == module.__name__, f"{info.name}.{name}"
+                # a package (corral.sdk.testing) may gather what its own modules define
+                owner = value.__module__
+                assert owner == module.__name__ or owner.startswith(module.__name__ + "."), name
 
 
 def test_every_sdk_type_in_a_public_signature_is_exported() -> None:
