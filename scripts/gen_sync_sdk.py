@@ -44,6 +44,8 @@ WRAPPED = [
     ("AsyncPty", "pty.py"),
     ("AsyncPtys", "pty.py"),
     ("AsyncSandbox", "sandbox.py"),
+    ("AsyncKeys", "workspace.py"),
+    ("AsyncPolicy", "workspace.py"),
     ("AsyncClient", "client.py"),
 ]
 # Classes users construct themselves: the sync twin takes the async constructor's parameters.

@@ -14,7 +14,10 @@ import sys
 import corral
 import corral.sdk as sdk
 
-SYNC_TWINS = ["Client", "Files", "Network", "Ports", "Process", "Pty", "Ptys", "Sandbox"]
+SYNC_TWINS = [
+    *("Client", "Files", "Keys", "Network", "Policy", "Ports", "Process", "Pty", "Ptys"),
+    "Sandbox",
+]
 ASYNC_CORE = [f"Async{name}" for name in SYNC_TWINS]
 
 
@@ -27,7 +30,8 @@ def test_the_public_names() -> None:
             *("APIError", "AuthenticationError", "CapacityError", "ConfigurationError"),
             *("Conflict", "ConnectionFailed", "CorralError", "ExecFailed", "InvalidRequest"),
             *("NoSpace", "NotFound", "PermissionDenied", "SandboxUnavailable", "Timeout"),
-            *("TooLarge", "UntrustedExport"),
+            *("TooLarge", "UntrustedExport", "PolicyDenied", "QuotaExceeded", "RateLimited"),
+            *("ApiKeyInfo", "AuditEntry", "Event", "WorkspacePolicy"),
             *("Capacity", "ExecResult", "FileInfo", "ImportResult", "NetworkChange"),
             *("NetworkPolicy", "PortInfo", "ProcessEvent", "ProcessInfo", "ProjectServiceInfo"),
             *("ResourceUsage", "SandboxInfo", "SandboxOptions", "SecretAuditEntry"),
