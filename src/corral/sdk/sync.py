@@ -494,9 +494,6 @@ class Keys:
     def __init__(self, inner: AsyncKeys) -> None:
         self._async = inner
 
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
-
     def create(
         self,
         name: str,
@@ -536,9 +533,6 @@ class Policy:
 
     def __init__(self, inner: AsyncPolicy) -> None:
         self._async = inner
-
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
 
     def get(self) -> WorkspacePolicy:
         return portal().call(self._async.get())
