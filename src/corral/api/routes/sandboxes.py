@@ -9,6 +9,7 @@ from fastapi.responses import StreamingResponse
 
 from corral.api import schemas
 from corral.api.deps import SandboxesDep, WorkspaceDep
+from corral.api.routes.ports import port_schema
 from corral.service.errors import InvalidRequest
 from corral.service.sandboxes import CreateRequest
 from corral.storage import SandboxRecord
@@ -107,8 +108,15 @@ async def list_sandboxes(
 
 
 @router.get("/{sandbox_id}", operation_id="get_sandbox", response_model=schemas.Sandbox)
-async def get_sandbox(sandbox_id: str, sandboxes: SandboxesDep) -> schemas.Sandbox:
-    return to_schema(await sandboxes.refresh(sandbox_id))
+async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
+    record = await ws.sandboxes.refresh(sandbox_id)
+    answer = to_schema(record)
+    services = ws.services.list()
+    answer.ports = [port_schema(p) for p in ws.ports.list(sandbox_id)]
+    if ws.sandboxes.policy_of(record).reaches_project:
+        answer.names = [s.name for s in services if s.sandbox_id != sandbox_id]
+    answer.serves_as = [s.name for s in services if s.sandbox_id == sandbox_id]
+    return answer
 
 
 @router.delete("/{sandbox_id}", operation_id="kill_sandbox", status_code=204)
