@@ -303,6 +303,7 @@ class Template(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     layers: list[str] = Field(default_factory=list, description="image layers, bottom first")
     used_by: list[str] = Field(default_factory=list, description="live sandboxes made from it")
+    shared: bool = Field(default=True, description="members may use it (else: its owner only)")
 
 
 class BuildStep(BaseModel):
@@ -357,6 +358,11 @@ class TemplateBuild(BaseModel):
     )
     network: NetworkModeName | None = Field(
         default=None, description="what RUN steps reach (default: internet)"
+    )
+    shared: bool | None = Field(
+        default=None,
+        description="members may use it (default: yes for an admin's build, no for a member's; "
+        "only admins may share)",
     )
 
 

@@ -37,7 +37,8 @@ class _Wire:
     """Mixin: JSON-ready dict of a dataclass."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        data: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return data
 
 
 class SandboxOptions(TypedDict, total=False):

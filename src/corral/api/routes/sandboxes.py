@@ -112,7 +112,11 @@ async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
     record = await ws.sandboxes.refresh(sandbox_id)
     answer = to_schema(record)
     services = ws.services.list()
-    answer.ports = [port_schema(p) for p in ws.ports.list(sandbox_id)]
+    # Without tokens: reading a sandbox is a viewer's right, a port's token its owner's
+    # (GET .../ports gives them).
+    answer.ports = [
+        port_schema(p).model_copy(update={"token": None}) for p in ws.ports.list(sandbox_id)
+    ]
     if ws.sandboxes.policy_of(record).reaches_project:
         answer.names = [s.name for s in services if s.sandbox_id != sandbox_id]
     answer.serves_as = [s.name for s in services if s.sandbox_id == sandbox_id]
