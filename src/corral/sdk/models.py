@@ -140,7 +140,8 @@ class SandboxInfo(_Wire):
     killed, error.
 
     `secret_env_keys` names the env values given as secret at creation (the values themselves
-    never leave the daemon); `parent_id` is the sandbox it was forked or restored from;
+    never leave the daemon); `brokered_secrets` the brokered secrets bound to it (in answers
+    about one sandbox, not in listings); `parent_id` is the sandbox it was forked or restored from;
     `image_mib` the disk its parked memory image takes."""
 
     id: str
@@ -166,6 +167,7 @@ class SandboxInfo(_Wire):
     ports: list[PortInfo] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     serves_as: list[str] = field(default_factory=list)
+    brokered_secrets: list[str] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SandboxInfo:
@@ -191,6 +193,7 @@ class SandboxInfo(_Wire):
             ports=[PortInfo.from_wire(item) for item in data.get("ports") or []],
             names=[str(name) for name in data.get("names") or []],
             serves_as=[str(name) for name in data.get("serves_as") or []],
+            brokered_secrets=[str(name) for name in data.get("brokered_secrets") or []],
         )
 
 
