@@ -186,6 +186,15 @@ def test_files_upload_view_and_download(
     page.screenshot(path=shots / "files.png", full_page=True)
 
 
+def test_metrics_plot_the_sandbox_live(daemon: Daemon, page: Page, shots: Path) -> None:
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    page.locator("table.sandboxes tbody tr[data-id]").first.get_by_role("link").click()
+    page.get_by_role("tab", name="metrics").click()
+    expect(page.get_by_test_id("metrics-now")).to_contain_text(re.compile(r"memory \d+ of 256 MiB"))
+    expect(page.locator(".plot canvas")).to_have_count(3)
+    page.screenshot(path=shots / "metrics.png", full_page=True)
+
+
 def test_network_mode_changes_live(daemon: Daemon, page: Page, shots: Path) -> None:
     page.goto(f"{daemon.url}/console/#/sandboxes")
     row = page.locator("table.sandboxes tbody tr[data-id]").first

@@ -490,3 +490,15 @@ class ConsoleLoginToken(BaseModel):
     path: str = Field(description="the console's login link, relative to the daemon's URL")
     expires_at: float = Field(description="Unix time")
     key_name: str = Field(description="the key (and so the role) the console will act as")
+
+
+class SandboxMetricsSample(BaseModel):
+    sandbox_id: str
+    timestamp: float = Field(description="Unix time of the sample")
+    cpu_count: float
+    cpu_used_pct: float = Field(description="percent of its cpu allowance since the last sample")
+    mem_used: int = Field(description="bytes")
+    mem_total: int = Field(description="bytes")
+    mem_cache: int = Field(description="bytes of file cache")
+    disk_used: int = Field(description="bytes")
+    disk_total: int = Field(description="bytes")
