@@ -22,7 +22,7 @@ from corral.errcodes import CODES, code_for_status, status_of
 from corral.runtime.agent_client import AgentError
 from corral.sdk.testing import FakeDaemon
 from corral.service import errors as service_errors
-from corral.service.sandboxes import AGENT_CODES, translate_agent_error
+from corral.service.sandboxes.live import AGENT_CODES, translate_agent_error
 from tests.unit.conftest import Harness
 
 
@@ -140,7 +140,8 @@ def test_an_answer_with_only_a_status_gets_a_code() -> None:
     assert code_for_status(404) == "not_found"
     assert code_for_status(413) == "too_large"
     assert code_for_status(405) == "invalid"
-    assert code_for_status(502) == "internal"
+    assert code_for_status(502) == "bad_gateway"
+    assert code_for_status(501) == "internal"
     assert status_of("made_up") == 500
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from corral.network import egress, slots
+from corral.network import egress, slot_plan, slots
 from corral.network.base import INNER_GATEWAY, Slot
 from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress
@@ -138,8 +138,8 @@ class SlotEgressControl:
         layout = plan.layout(slot.index)
         rules = SlotEgress(
             plan.table,
-            slots.UPLINK,
-            slots.DOWNLINK,
+            slot_plan.UPLINK,
+            slot_plan.DOWNLINK,
             layout.slot_address,
             policy,
             ctx,
