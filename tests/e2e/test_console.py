@@ -268,3 +268,76 @@ def test_kill_asks_first(daemon: Daemon, page: Page, shots: Path) -> None:
     page.set_viewport_size({"width": 800, "height": 700})  # a narrow window: the menu on top
     page.goto(f"{daemon.url}/console/#/")
     page.screenshot(path=shots / "workspace-narrow.png", full_page=True)
+
+
+def log_in_with_key(page: Page, url: str, key: str) -> None:
+    page.goto(f"{url}/console/")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
+
+
+def test_keys_policy_audit_and_what_member_and_viewer_keys_see(
+    daemon: Daemon, page: Page, shots: Path
+) -> None:
+    page.set_viewport_size({"width": 1440, "height": 900})
+    with daemon.client() as api:
+        made = api.post("/v1/sandboxes", json={"memory_mib": 256})
+        assert made.status_code == 201, made.text
+        admins = made.json()["id"]
+
+    # An admin makes a viewer key on the keys page; the key is shown once.
+    page.goto(f"{daemon.url}/console/#/keys")
+    form = page.get_by_role("form", name="New key")
+    form.get_by_label("Name").fill("watcher")
+    form.get_by_label("Role").select_option("viewer")
+    form.get_by_role("button", name="Create key").click()
+    viewer_key = page.get_by_test_id("new-key").inner_text().strip()
+    expect(page.locator("table")).to_contain_text("watcher")
+    page.screenshot(path=shots / "keys.png", full_page=True)
+    page.goto(f"{daemon.url}/console/#/policy")
+    expect(page.get_by_label("Max vCPU per sandbox")).to_be_visible()
+    page.screenshot(path=shots / "policy.png", full_page=True)
+    page.goto(f"{daemon.url}/console/#/audit")
+    expect(page.locator("table")).to_contain_text("create_key")
+    page.screenshot(path=shots / "audit.png", full_page=True)
+
+    with daemon.client() as api:
+        member_key = api.post("/v1/keys", json={"name": "alice", "role": "member"}).json()["key"]
+    browser = page.context.browser
+    assert browser is not None
+    for key, role in ((member_key, "member"), (viewer_key, "viewer")):
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        try:
+            other = context.new_page()
+            other.set_default_timeout(TIMEOUT_MS)
+            log_in_with_key(other, daemon.url, key)
+            nav = other.get_by_role("navigation")
+            expect(nav).to_contain_text(role)
+            expect(nav.get_by_role("link", name="Keys")).to_have_count(0)
+            expect(nav.get_by_role("link", name="Policy")).to_have_count(0)
+            other.goto(f"{daemon.url}/console/#/sandboxes")
+            expect(other.get_by_text("shown")).to_be_visible()
+            if role == "member":
+                # Another key's sandbox is not there at all (by URL: answered as missing).
+                expect(other.locator(f'tr[data-id="{admins}"]')).to_have_count(0)
+                form = other.get_by_role("form", name="New sandbox")
+                form.get_by_label("Memory MiB").fill("256")
+                form.get_by_role("button", name="New sandbox").click()
+                row = other.locator("table.sandboxes tbody tr[data-id]").first
+                expect(row.get_by_test_id("state")).to_have_text("running")
+                expect(row).to_contain_text("alice")
+                other.screenshot(path=shots / f"sandboxes-{role}.png", full_page=True)
+                other.goto(f"{daemon.url}/console/#/sandboxes/{admins}")
+                expect(other.get_by_role("alert")).to_contain_text("not found")
+            else:
+                # A viewer reads everything and changes nothing.
+                expect(other.get_by_role("form", name="New sandbox")).to_have_count(0)
+                row = other.locator(f'tr[data-id="{admins}"]')
+                expect(row.get_by_test_id("state")).to_have_text("running")
+                expect(row.get_by_role("button")).to_have_count(0)
+                other.screenshot(path=shots / f"sandboxes-{role}.png", full_page=True)
+                row.get_by_role("link").click()
+                expect(other.get_by_text("A viewer key may not open a terminal")).to_be_visible()
+        finally:
+            context.close()

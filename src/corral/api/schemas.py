@@ -135,6 +135,9 @@ class Sandbox(BaseModel):
     auto_park_idle: int | None = None
     auto_wake: bool = False
     parent_id: str | None = None
+    owner: str | None = Field(
+        default=None, description="the name of the key that made it (in listings and gets)"
+    )
     image_mib: int = Field(default=0, description="disk taken by its parked memory image")
     pooled: bool = Field(default=False, description="waiting in its template's ready pool")
     network: NetworkPolicy | None = None

@@ -40,6 +40,7 @@ async def test_login_link_opens_an_httponly_strict_session_that_drives_the_api(
         sandbox_id = created.json()["id"]
         listed = (await browser.get("/v1/sandboxes")).json()["sandboxes"]
         assert [s["id"] for s in listed] == [sandbox_id]
+        assert listed[0]["owner"] == "admin"  # the key that made it, by name
         # What the sandbox page plots: a sample of its use now.
         sample = (await browser.get(f"/v1/sandboxes/{sandbox_id}/metrics")).json()
         assert sample["sandbox_id"] == sandbox_id
