@@ -272,9 +272,10 @@ def generate_class(cls: ast.ClassDef, names: dict[str, str], imports: Imports) -
     for attr, wrapped in attributes:
         if wrapped is not None:
             out.append(f"        self.{attr} = {wrapped}(self._async.{attr})")
-    out.append("")
-    out.append("    def __repr__(self) -> str:")
-    out.append('        return repr(self._async).replace("<Async", "<", 1)')
+    if any(isinstance(n, ast.FunctionDef) and n.name == "__repr__" for n in cls.body):
+        out.append("")
+        out.append("    def __repr__(self) -> str:")
+        out.append('        return repr(self._async).replace("<Async", "<", 1)')
     for attr, wrapped in attributes:
         if wrapped is not None or (name, attr) in ASYNC_ONLY:
             continue

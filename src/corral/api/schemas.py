@@ -131,6 +131,10 @@ class Sandbox(BaseModel):
     expires_at: float | None
     error: str | None = None
     secret_env_keys: list[str] = Field(default_factory=list)
+    brokered_secrets: list[str] = Field(
+        default_factory=list,
+        description="brokered secrets bound to it (in answers about one sandbox; not in lists)",
+    )
     on_timeout: str = "kill"
     auto_park_idle: int | None = None
     auto_wake: bool = False

@@ -83,9 +83,6 @@ class Files:
     def __init__(self, inner: AsyncFiles) -> None:
         self._async = inner
 
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
-
     def write(
         self, path: str, data: UploadData, *, mode: int | None = None, parents: bool = True
     ) -> WriteResult:
@@ -183,9 +180,6 @@ class Network:
     def __init__(self, inner: AsyncNetwork) -> None:
         self._async = inner
 
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
-
     def get(self) -> NetworkPolicy:
         return portal().call(self._async.get())
 
@@ -208,9 +202,6 @@ class Ports:
 
     def __init__(self, inner: AsyncPorts) -> None:
         self._async = inner
-
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
 
     def open(self, port: int, *, public: bool = False) -> PortInfo:
         """Open `port` (a server listening on 0.0.0.0:PORT in the sandbox) through the daemon.
@@ -275,9 +266,6 @@ class Ptys:
 
     def __init__(self, inner: AsyncPtys) -> None:
         self._async = inner
-
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
 
     def create(
         self,
@@ -506,9 +494,6 @@ class Keys:
     def __init__(self, inner: AsyncKeys) -> None:
         self._async = inner
 
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
-
     def create(
         self,
         name: str,
@@ -548,9 +533,6 @@ class Policy:
 
     def __init__(self, inner: AsyncPolicy) -> None:
         self._async = inner
-
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
 
     def get(self) -> WorkspacePolicy:
         return portal().call(self._async.get())

@@ -12,6 +12,7 @@ from corral.api import schemas
 from corral.api.deps import SandboxesDep, WorkspaceDep
 from corral.service.errors import InvalidRequest
 from corral.service.sandboxes import CreateRequest
+from corral.service.workspace import Workspace
 from corral.storage import SandboxRecord
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
@@ -74,8 +75,15 @@ async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schem
             "brokered secrets are given to new sandboxes, not to one restored from a snapshot"
         )
     if body.snapshot is not None:
-        return to_schema(await ws.snapshots.restore(body.snapshot, request))
-    return to_schema(await ws.sandboxes.create(request))
+        return with_secrets(to_schema(await ws.snapshots.restore(body.snapshot, request)), ws)
+    return with_secrets(to_schema(await ws.sandboxes.create(request)), ws)
+
+
+def with_secrets(answer: schemas.Sandbox, ws: Workspace) -> schemas.Sandbox:
+    """One sandbox's answer with the names of its brokered secrets (a store query, so lists,
+    which may hold thousands, leave it out)."""
+    answer.brokered_secrets = ws.secrets.bindings_of(answer.id)
+    return answer
 
 
 @router.get("", operation_id="list_sandboxes", response_model=schemas.SandboxList)
@@ -112,10 +120,9 @@ async def list_sandboxes(
 
 
 @router.get("/{sandbox_id}", operation_id="get_sandbox", response_model=schemas.Sandbox)
-async def get_sandbox(
-    sandbox_id: str, ws: WorkspaceDep, sandboxes: SandboxesDep
-) -> schemas.Sandbox:
-    return to_schema(await sandboxes.refresh(sandbox_id), ws.api_keys.names())
+async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
+    record = await ws.sandboxes.refresh(sandbox_id)
+    return with_secrets(to_schema(record, ws.api_keys.names()), ws)
 
 
 @router.delete("/{sandbox_id}", operation_id="kill_sandbox", status_code=204)
