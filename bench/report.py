@@ -32,7 +32,7 @@ BENCHES: dict[str, tuple[list[str], list[str], int]] = {
     "template_start": (["--runs", "10"], ["--runs", "2"], 1200),
     "lifecycle": (["--runs", "3"], ["--runs", "1"], 1500),
     "cli": (["--runs", "10"], ["--runs", "2"], 900),
-    "secrets": (
+    "broker": (
         [],
         [
             *("--requests", "200", "--connections", "20"),

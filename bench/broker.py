@@ -22,28 +22,22 @@ Figures: p50 and p90 of each path, and the median of the paired differences (eac
 sample minus the spliced one taken just before it), which a busy host disturbs least.
 
 The goal (issue 10): under 2 ms added per request on a kept-alive connection.
-Usage: ``.venv/bin/python bench/secrets.py [--requests 2000] [--connections 200]
+Usage: ``.venv/bin/python bench/broker.py [--requests 2000] [--connections 200]
 [--sandbox-requests 400] [--loopback-only]``.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-
-# Run as a script, this file's folder leads sys.path, where this module would shadow the
-# standard library's ``secrets`` for everything imported after it.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import importlib.util  # noqa: E402
-import os  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Awaitable, Callable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PH = b"corral-ph-00112233445566778899aabbccddeeff"
@@ -137,14 +131,8 @@ def in_sandbox(requests: int, connections: int) -> dict[str, list[float]]:
     import json
 
     sys.path.insert(0, str(ROOT))
+    from _harness import private_daemon
     from tests.e2e.secretlab import daemon_env, secret_lab
-
-    spec = importlib.util.spec_from_file_location("_harness", ROOT / "bench" / "_harness.py")
-    assert spec is not None and spec.loader is not None
-    harness = importlib.util.module_from_spec(spec)
-    sys.modules["_harness"] = harness  # its dataclasses look their module up there
-    spec.loader.exec_module(harness)
-    private_daemon = harness.private_daemon
 
     from corral import Client
 
