@@ -106,6 +106,7 @@ class Workspace:
         warm = WarmService(sandboxes, lifecycle)
         pools = PoolService(sandboxes)
         trust = TrustService(db, settings.signing_key_path)
+        ports = PortService(sandboxes)
         secret_service = SecretService(
             db, Sealer(settings.secrets_key_path), CertificateAuthority(settings.broker_dir)
         )
@@ -137,8 +138,8 @@ class Workspace:
             transfer=TransferService(sandboxes, lifecycle, snapshots, trust),
             trust=trust,
             pools=pools,
-            services=ProjectServices(sandboxes),
-            ports=PortService(sandboxes),
+            services=ProjectServices(sandboxes, ports),
+            ports=ports,
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
             policy=sandboxes.policy,
