@@ -8,7 +8,9 @@ the sandbox's address (``PortService.resolve_inbound``: a parked sandbox with au
 its body and the answer streamed both ways. Host names ``PORT-ID.<domain>`` of ports are the
 daemon's inbound proxy's (corral's open ports, ``corral port open``), before any ASGI app.
 
-The E2B and corral credential headers are not passed on; hop-by-hop headers neither.
+The sandbox's credentials (``X-Access-Token``, ``E2B-Traffic-Access-Token``), the routing headers
+and hop-by-hop headers are not passed on; everything else is (``Authorization`` too: it is the
+app's). The agent's own port answers nothing without the agent's key, which no client has.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ DROPPED_HEADERS = {
     b"e2b-traffic-access-token",
     b"e2b-sandbox-id",
     b"e2b-sandbox-port",
-    b"authorization",
 }
 ANSWER_DROPPED = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=30.0)
