@@ -24,6 +24,7 @@ __all__ = [
     "ProjectServiceInfo",
     "ResourceUsage",
     "SandboxInfo",
+    "SandboxMetrics",
     "SecretAuditEntry",
     "SecretInfo",
     "SnapshotInfo",
@@ -540,4 +541,34 @@ class SecretAuditEntry(_Wire):
             host=str(data["host"]),
             method=str(data["method"]),
             path=str(data["path"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxMetrics(_Wire):
+    """One sample of a running sandbox's use (`sbx.metrics()`, `corral top`): cpu in percent of
+    its vCPUs since the previous sample, memory and disk in MiB."""
+
+    sandbox_id: str
+    at: float
+    cpu_count: float
+    cpu_used_pct: float
+    memory_used_mib: float
+    memory_cache_mib: float
+    memory_total_mib: int
+    disk_used_mib: float
+    disk_total_mib: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> SandboxMetrics:
+        return cls(
+            sandbox_id=str(data["sandbox_id"]),
+            at=float(data.get("at", 0.0)),
+            cpu_count=float(data.get("cpu_count", 0.0)),
+            cpu_used_pct=float(data.get("cpu_used_pct", 0.0)),
+            memory_used_mib=float(data.get("memory_used_mib", 0.0)),
+            memory_cache_mib=float(data.get("memory_cache_mib", 0.0)),
+            memory_total_mib=int(data.get("memory_total_mib", 0)),
+            disk_used_mib=float(data.get("disk_used_mib", 0.0)),
+            disk_total_mib=int(data.get("disk_total_mib", 0)),
         )

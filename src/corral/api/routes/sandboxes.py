@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
-from corral.api import schemas
+from corral.api import schemas, schemas_access
 from corral.api.deps import SandboxesDep, WorkspaceDep
 from corral.api.routes.ports import port_schema
 from corral.service.errors import InvalidRequest
@@ -15,10 +16,13 @@ from corral.service.sandboxes import CreateRequest
 from corral.service.workspace import Workspace
 from corral.storage import SandboxRecord
 
+MIB = 1024 * 1024
+
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
 
-def to_schema(record: SandboxRecord) -> schemas.Sandbox:
+def to_schema(record: SandboxRecord, owners: Mapping[str, str] | None = None) -> schemas.Sandbox:
+    """``owners`` (key names by id) fills in ``owner``, where the caller looked them up."""
     return schemas.Sandbox(
         id=record.id,
         state=record.state,  # type: ignore[arg-type]
@@ -39,6 +43,7 @@ def to_schema(record: SandboxRecord) -> schemas.Sandbox:
         image_mib=record.image_mib,
         pooled=record.pooled,
         network=network_of(record),
+        owner=owners.get(record.owner) if owners and record.owner else None,
     )
 
 
@@ -86,6 +91,7 @@ def with_secrets(answer: schemas.Sandbox, ws: Workspace) -> schemas.Sandbox:
 
 @router.get("", operation_id="list_sandboxes", response_model=schemas.SandboxList)
 async def list_sandboxes(
+    ws: WorkspaceDep,
     sandboxes: SandboxesDep,
     state: Annotated[list[str] | None, Query()] = None,
     metadata: Annotated[list[str] | None, Query(description="k=v, repeatable")] = None,
@@ -112,13 +118,14 @@ async def list_sandboxes(
         include_pooled=include_pooled,
         include_ended=include_ended,
     )
-    return schemas.SandboxList(sandboxes=[to_schema(r) for r in records])
+    owners = ws.api_keys.names()
+    return schemas.SandboxList(sandboxes=[to_schema(r, owners) for r in records])
 
 
 @router.get("/{sandbox_id}", operation_id="get_sandbox", response_model=schemas.Sandbox)
 async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
     record = await ws.sandboxes.refresh(sandbox_id)
-    answer = to_schema(record)
+    answer = to_schema(record, ws.api_keys.names())
     services = ws.services.list()
     # Without tokens: reading a sandbox is a viewer's right, a port's token its owner's
     # (GET .../ports gives them).
@@ -167,6 +174,27 @@ async def fork_sandbox(
 )
 async def export_sandbox(sandbox_id: str, ws: WorkspaceDep) -> StreamingResponse:
     return StreamingResponse(ws.transfer.export_sandbox(sandbox_id), media_type="application/x-tar")
+
+
+@router.get(
+    "/{sandbox_id}/metrics",
+    operation_id="sandbox_metrics",
+    response_model=schemas_access.SandboxMetrics,
+)
+async def sandbox_metrics(sandbox_id: str, ws: WorkspaceDep) -> schemas_access.SandboxMetrics:
+    """Its cpu, memory and disk use now; 409 `conflict` unless it is running."""
+    sample = await ws.metrics.sample(sandbox_id)
+    return schemas_access.SandboxMetrics(
+        sandbox_id=sample.sandbox_id,
+        at=sample.timestamp,
+        cpu_count=sample.cpu_count,
+        cpu_used_pct=sample.cpu_used_pct,
+        memory_used_mib=round(sample.mem_used / MIB, 2),
+        memory_cache_mib=round(sample.mem_cache / MIB, 2),
+        memory_total_mib=sample.mem_total // MIB,
+        disk_used_mib=round(sample.disk_used / MIB, 2),
+        disk_total_mib=sample.disk_total // MIB,
+    )
 
 
 @router.put(
