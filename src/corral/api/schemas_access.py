@@ -144,17 +144,3 @@ class TemplateShare(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     shared: bool = True
-
-
-class SandboxMetrics(BaseModel):
-    """One sample of a running sandbox's resource use, taken when asked (no history)."""
-
-    sandbox_id: str
-    at: float
-    cpu_count: float
-    cpu_used_pct: float = Field(description="of its vCPUs, since the previous sample")
-    memory_used_mib: float
-    memory_cache_mib: float
-    memory_total_mib: int
-    disk_used_mib: float
-    disk_total_mib: int

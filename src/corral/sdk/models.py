@@ -561,14 +561,20 @@ class SandboxMetrics(_Wire):
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SandboxMetrics:
+        def mib(name: str) -> float:
+            return round(float(data.get(name, 0)) / _MIB, 2)
+
         return cls(
             sandbox_id=str(data["sandbox_id"]),
-            at=float(data.get("at", 0.0)),
+            at=float(data.get("timestamp", 0.0)),
             cpu_count=float(data.get("cpu_count", 0.0)),
             cpu_used_pct=float(data.get("cpu_used_pct", 0.0)),
-            memory_used_mib=float(data.get("memory_used_mib", 0.0)),
-            memory_cache_mib=float(data.get("memory_cache_mib", 0.0)),
-            memory_total_mib=int(data.get("memory_total_mib", 0)),
-            disk_used_mib=float(data.get("disk_used_mib", 0.0)),
-            disk_total_mib=int(data.get("disk_total_mib", 0)),
+            memory_used_mib=mib("mem_used"),
+            memory_cache_mib=mib("mem_cache"),
+            memory_total_mib=int(mib("mem_total")),
+            disk_used_mib=mib("disk_used"),
+            disk_total_mib=int(mib("disk_total")),
         )
+
+
+_MIB = 1024 * 1024

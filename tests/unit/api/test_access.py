@@ -36,7 +36,6 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "create_sandbox": OPEN_WRITE,
     "list_sandboxes": OPEN_READ,
     "get_sandbox": SANDBOX_READ,
-    "sandbox_metrics": SANDBOX_READ,
     "kill_sandbox": SANDBOX_WRITE,
     "park_sandbox": SANDBOX_WRITE,
     "wake_sandbox": SANDBOX_WRITE,

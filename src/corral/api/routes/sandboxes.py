@@ -8,15 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
-from corral.api import schemas, schemas_access
+from corral.api import schemas
 from corral.api.deps import SandboxesDep, WorkspaceDep
 from corral.api.routes.ports import port_schema
 from corral.service.errors import InvalidRequest
 from corral.service.sandboxes import CreateRequest
 from corral.service.workspace import Workspace
 from corral.storage import SandboxRecord
-
-MIB = 1024 * 1024
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
@@ -174,27 +172,6 @@ async def fork_sandbox(
 )
 async def export_sandbox(sandbox_id: str, ws: WorkspaceDep) -> StreamingResponse:
     return StreamingResponse(ws.transfer.export_sandbox(sandbox_id), media_type="application/x-tar")
-
-
-@router.get(
-    "/{sandbox_id}/metrics",
-    operation_id="sandbox_metrics",
-    response_model=schemas_access.SandboxMetrics,
-)
-async def sandbox_metrics(sandbox_id: str, ws: WorkspaceDep) -> schemas_access.SandboxMetrics:
-    """Its cpu, memory and disk use now; 409 `conflict` unless it is running."""
-    sample = await ws.metrics.sample(sandbox_id)
-    return schemas_access.SandboxMetrics(
-        sandbox_id=sample.sandbox_id,
-        at=sample.timestamp,
-        cpu_count=sample.cpu_count,
-        cpu_used_pct=sample.cpu_used_pct,
-        memory_used_mib=round(sample.mem_used / MIB, 2),
-        memory_cache_mib=round(sample.mem_cache / MIB, 2),
-        memory_total_mib=sample.mem_total // MIB,
-        disk_used_mib=round(sample.disk_used / MIB, 2),
-        disk_total_mib=sample.disk_total // MIB,
-    )
 
 
 @router.put(
