@@ -77,6 +77,8 @@ def test_broker_sees_rotation_revocation_and_removal_at_once(service: SecretServ
 
     service.inherit("sb-fork", "sb-one")
     assert service.injections("sb-fork")[0].placeholder == placeholder.encode()
+    service.inherit("snapshot:snap", "sb-one")  # a memory snapshot holds them too, unlisted
+    assert service.bound_sandboxes("API") == ["sb-fork", "sb-one"]
 
     service.revoke("sb-one", "API")
     assert service.injections("sb-one") == ()
