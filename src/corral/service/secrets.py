@@ -258,13 +258,8 @@ class SecretService:
         values = {name: setup.placeholders[name] for name in records}
         for path, (name, template) in files.items():
             if not template:
-                preset = PRESETS[records[name].preset]
-                suffix = preset.file_suffix
-                template = (
-                    preset.file_template.replace("${NAME}", "${" + name + "}")
-                    if suffix and preset.file_template and path.endswith(suffix)
-                    else "${" + name + "}\n"
-                )
+                preset_text = PRESETS[records[name].preset].file_template(path)
+                template = (preset_text or "${NAME}\n").replace("${NAME}", "${" + name + "}")
             try:
                 setup.files[path] = string.Template(template).substitute(values)
             except (KeyError, ValueError) as exc:
