@@ -176,6 +176,8 @@ class SandboxService:
         pruned = self.db.sandboxes.prune(states=PRUNED_STATES, ended_before=cutoff)
         for sandbox_id in pruned:
             self._locks.pop(sandbox_id, None)
+            if self.secrets is not None:  # one that failed or stopped was never killed
+                self.secrets.forget(sandbox_id)
         return pruned
 
     def agent(
