@@ -6,8 +6,9 @@ from the package registries the build's network mode reaches (``internet`` by de
 image's own package managers and their default configuration. docs/network.md lists them.
 
 - ``dev``: what coding agents expect on a machine: git, a C toolchain, make, Node.js and npm
-  (Debian's), ripgrep, jq, unzip, openssh-client, python3-pip and venv; then the coding-agent
-  CLIs from npm (``claude``: @anthropic-ai/claude-code, ``codex``: @openai/codex); the last step
+  (Debian's), ripgrep, jq, unzip, openssh-client, python3-pip and venv; Node.js 22 from the npm
+  registry (``node@22``: Debian's 18 is older than the CLIs ask for); then the coding-agent CLIs
+  from npm (``claude``: @anthropic-ai/claude-code, ``codex``: @openai/codex); the last step
   checks that ``git``, ``node``, ``claude`` and ``codex`` run. For Debian-based images.
 """
 
@@ -22,6 +23,9 @@ RECIPES: dict[str, tuple[str, ...]] = {
         f"{_APT} update && {_APT} install -y --no-install-recommends git build-essential make"
         " ca-certificates curl openssh-client nodejs npm ripgrep jq unzip less procps"
         " python3-pip python3-venv",
+        # Debian's Node.js is 18; the coding-agent CLIs want 22 or later: the `node` package
+        # of the npm registry installs that release's binary as /usr/local/bin/node.
+        "npm install -g --no-fund --no-audit node@22 && hash -r && node --version",
         "npm install -g --no-fund --no-audit @anthropic-ai/claude-code @openai/codex",
         "apt-get clean && rm -rf /var/lib/apt/lists/* /root/.npm",
         "git --version && node --version && claude --version && codex --version",
