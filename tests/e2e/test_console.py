@@ -372,7 +372,7 @@ def test_sandbox_page_fork_snapshot_ports_processes_and_a_refusal(
     page.get_by_role("tab", name="ports").click()
     page.get_by_label("Port").fill("8080")
     page.get_by_role("button", name="Open port").click()
-    link = page.locator("table a", has_text="8080")
+    link = page.locator("table a", has_text="8080").first
     expect(link).to_be_visible()
     assert (link.get_attribute("href") or "").startswith("http")
     page.screenshot(path=shots / "ports.png", full_page=True)

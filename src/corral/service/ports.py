@@ -190,6 +190,7 @@ class PortService:
         address = self.sb.slot_address_of(sandbox_id)
         if address is None:
             raise SandboxUnavailable(f"sandbox {sandbox_id} has no network link yet; try again")
+        await self.sb.thaw(sandbox_id)  # before the connection is made
         return InboundTarget(sandbox_id, address, port)
 
     @contextmanager
