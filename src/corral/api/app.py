@@ -14,9 +14,11 @@ from corral.api.deps import VerifiedKeys, require_key
 from corral.api.errors import AsciiJSONResponse, install_error_handlers
 from corral.api.limits import BodyLimits, BodyRule
 from corral.api.routes import (
+    code,
     files,
     health,
     processes,
+    recipes,
     sandboxes,
     services,
     snapshots,
@@ -61,7 +63,18 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
     add_body_limits(app, ws.settings)
     app.include_router(health.router)
     authed = [Depends(require_key)]
-    for module in (workspace, templates, sandboxes, processes, files, snapshots, trust, services):
+    for module in (
+        workspace,
+        templates,
+        recipes,
+        sandboxes,
+        processes,
+        code,
+        files,
+        snapshots,
+        trust,
+        services,
+    ):
         app.include_router(module.router, dependencies=authed)
     app.include_router(docs_router(app), dependencies=authed)
     install_e2b(app)

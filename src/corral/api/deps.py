@@ -9,6 +9,7 @@ from urllib.parse import parse_qsl
 from fastapi import Depends, Request
 
 from corral.service.auth import hash_key
+from corral.service.code import CodeService
 from corral.service.errors import InvalidRequest
 from corral.service.files import FileService
 from corral.service.processes import ProcessService
@@ -85,7 +86,12 @@ def _files(ws: WorkspaceDep) -> FileService:
     return ws.files
 
 
+def _code(ws: WorkspaceDep) -> CodeService:
+    return ws.code
+
+
 SandboxesDep = Annotated[SandboxService, Depends(_sandboxes)]
 ProcessesDep = Annotated[ProcessService, Depends(_processes)]
 FilesDep = Annotated[FileService, Depends(_files)]
+CodeDep = Annotated[CodeService, Depends(_code)]
 PathDep = Annotated[str, Depends(sandbox_path)]

@@ -52,6 +52,11 @@ def create_template(
     ),
     build_arg: list[str] = typer.Option([], "--build-arg", help="ARG value K=V (repeatable)."),
     start: str | None = typer.Option(None, "--start", help="Start command of every sandbox."),
+    recipes: list[str] = typer.Option(
+        [],
+        "--with",
+        help="Start from a recipe (repeatable): code-interpreter, dev (`corral template recipes`).",
+    ),
     creds: str | None = typer.Option(None, "--creds", help="Registry USER:PASS."),
     insecure: bool = typer.Option(
         False,
@@ -95,6 +100,8 @@ def create_template(
         spec.from_image(source)
     if start is not None:
         spec.set_start_cmd(start)
+    for recipe in recipes:
+        spec.with_recipe(recipe)
     if insecure:
         spec.set_insecure()
     for item in copy:
@@ -138,6 +145,27 @@ def create_template(
         typer.echo(made.name)
     if pool and not as_json and not quiet:
         typer.echo(f"filling a pool of {pool} ready sandbox(es) in the background", err=True)
+
+
+@templates_app.command("recipes")
+def list_recipes(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
+    verbose: bool = typer.Option(False, "--steps", help="Also show each recipe's steps."),
+) -> None:
+    """List the recipes `template create --with NAME` can start from."""
+    found = client(ctx).recipes()
+    if as_json:
+        print_json(found)
+        return
+    width = max((len(r["name"]) for r in found), default=4)
+    for recipe in found:
+        typer.echo(f"{recipe['name'].ljust(width)}  {recipe['description']}")
+        if verbose:
+            for step in recipe["steps"]:
+                typer.echo(f"{'':{width}}    RUN {step}")
+            if recipe.get("start_cmd"):
+                typer.echo(f"{'':{width}}    START {' '.join(recipe['start_cmd'])}")
 
 
 @templates_app.command("ls")

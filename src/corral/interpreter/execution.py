@@ -109,7 +109,9 @@ def _env_snippets(language: str, env: dict[str, str]) -> tuple[str, str]:
     if language == "bash":
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         before = f'__corral_env_saved="$(export -p)"; export {assigns}'
-        after = f'unset {" ".join(sorted(env))}; eval "$__corral_env_saved"; unset __corral_env_saved'
+        after = (
+            f'unset {" ".join(sorted(env))}; eval "$__corral_env_saved"; unset __corral_env_saved'
+        )
         return before, after
     raise ExecutionError(
         f"env_vars are supported in python and bash contexts, not in {language} ones"

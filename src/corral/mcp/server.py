@@ -8,6 +8,7 @@ closed, or interrupted); sandboxes it merely connected to are left alone.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,8 +17,10 @@ from typing import Any, Literal
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
 
-from corral.sdk import AsyncClient, AsyncSandbox, CorralError, ExecResult
+from corral.sdk import AsyncClient, AsyncSandbox, Conflict, CorralError, ExecResult, NotFound
+from corral.sdk.code import Execution
 
 __all__ = ["SandboxPool", "create_server", "run_stdio"]
 
@@ -82,6 +85,27 @@ def _exec_answer(sandbox: AsyncSandbox, result: ExecResult) -> dict[str, Any]:
     }
 
 
+def _execution_answer(sandbox: AsyncSandbox, execution: Execution) -> CallToolResult:
+    """An interpreter's execution for the model: a JSON summary plus each plot as an image."""
+    error = execution.error
+    answer: dict[str, Any] = {
+        "sandbox_id": sandbox.id,
+        "stdout": "".join(execution.logs.stdout),
+        "stderr": "".join(execution.logs.stderr),
+        "results": [r.text for r in execution.results if r.text is not None],
+        "error": None
+        if error is None
+        else {"name": error.name, "value": error.value, "traceback": error.traceback},
+        "execution_count": execution.execution_count,
+    }
+    content: list[ContentBlock] = [TextContent(type="text", text=json.dumps(answer))]
+    for result in execution.results:
+        for data, mime in ((result.png, "image/png"), (result.jpeg, "image/jpeg")):
+            if data:
+                content.append(ImageContent(type="image", data=data, mime_type=mime))
+    return CallToolResult(content=content, structured_content=answer)
+
+
 def create_server(pool: SandboxPool) -> MCPServer[SandboxPool]:
     """An MCP server whose tools act through `pool`; its lifespan closes the pool."""
 
@@ -109,13 +133,24 @@ def create_server(pool: SandboxPool) -> MCPServer[SandboxPool]:
         language: Literal["python", "bash"] = "python",
         sandbox_id: str | None = None,
         timeout: float | None = None,
-    ) -> dict[str, Any]:
-        """Run a snippet of Python or Bash code in a sandbox; returns stdout, stderr and the
-        exit code. Without sandbox_id it uses the session's default sandbox."""
+    ) -> CallToolResult:
+        """Run Python or Bash code in a sandbox. In a sandbox with a code interpreter (a
+        template built --with code-interpreter) state persists between calls, the last
+        expression's value comes back in results and plots come back as images; otherwise the
+        code runs as a fresh process. Returns stdout, stderr, and the error or exit code.
+        Without sandbox_id it uses the session's default sandbox."""
         async with _tool_errors():
             sandbox = await pool.get(sandbox_id)
-            result = await sandbox.exec([*_INTERPRETERS[language], code], timeout=timeout)
-            return _exec_answer(sandbox, result)
+            try:
+                execution = await sandbox.run_code(code, language=language, timeout=timeout)
+            except (Conflict, NotFound):  # no interpreter in this sandbox's template
+                result = await sandbox.exec([*_INTERPRETERS[language], code], timeout=timeout)
+                answer = _exec_answer(sandbox, result)
+                return CallToolResult(
+                    content=[TextContent(type="text", text=json.dumps(answer))],
+                    structured_content=answer,
+                )
+            return _execution_answer(sandbox, execution)
 
     @server.tool()
     async def run_command(

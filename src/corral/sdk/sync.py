@@ -10,6 +10,7 @@ import builtins
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 from typing_extensions import Unpack
@@ -18,6 +19,7 @@ from corral.sdk._content import UploadData
 from corral.sdk._portal import portal
 from corral.sdk._transfer import Destination, Source
 from corral.sdk.client import AsyncClient
+from corral.sdk.code import AsyncCode, Callback, CodeContext, Execution
 from corral.sdk.files import AsyncFiles
 from corral.sdk.models import (
     Capacity,
@@ -145,6 +147,28 @@ class Network:
         return portal().call(self._async.update(mode, allow=allow, deny=deny))
 
 
+class Code:
+    """`sandbox.code`, synchronous. See `AsyncCode`."""
+
+    def __init__(self, inner: AsyncCode) -> None:
+        self._async = inner
+
+    def run(self, code: str, **options: Any) -> Execution:
+        return portal().call(self._async.run(code, **options))
+
+    def create_context(self, *, language: str | None = None, cwd: str | None = None) -> CodeContext:
+        return portal().call(self._async.create_context(language=language, cwd=cwd))
+
+    def list_contexts(self) -> list[CodeContext]:
+        return portal().call(self._async.list_contexts())
+
+    def restart_context(self, context: CodeContext | str) -> None:
+        portal().call(self._async.restart_context(context))
+
+    def remove_context(self, context: CodeContext | str) -> None:
+        portal().call(self._async.remove_context(context))
+
+
 class Sandbox:
     """One sandbox, synchronous. `with Sandbox.create() as sbx:` kills it on exit.
 
@@ -157,6 +181,7 @@ class Sandbox:
         self.files = Files(inner.files)
         self.pty = Ptys(inner.pty)
         self.network = Network(inner.network)
+        self.code = Code(inner.code)
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id}>"
@@ -277,6 +302,34 @@ class Sandbox:
             )
         )
 
+    def run_code(
+        self,
+        code: str,
+        language: str | None = None,
+        context: CodeContext | str | None = None,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+        on_result: Callback | None = None,
+        on_error: Callback | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Execution:
+        """Run code in the sandbox's code interpreter; see `AsyncCode.run`. Callbacks run on
+        the SDK's I/O thread."""
+        return portal().call(
+            self._async.run_code(
+                code,
+                language=language,
+                context=context,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+                on_result=on_result,
+                on_error=on_error,
+                env=env,
+                timeout=timeout,
+            )
+        )
+
     def exec_background(
         self,
         cmd: str | Sequence[str],
@@ -342,6 +395,9 @@ class Client:
 
     def get_template(self, name: str) -> TemplateInfo:
         return portal().call(self._async.get_template(name))
+
+    def recipes(self) -> list[dict[str, Any]]:
+        return portal().call(self._async.recipes())
 
     def delete_template(self, name: str) -> None:
         portal().call(self._async.delete_template(name))

@@ -153,6 +153,14 @@ class _TemplateSpec:
         self._options["start_cmd"] = argv
         return self
 
+    def with_recipe(self: Self, name: str) -> Self:
+        """Start from a recipe's steps and defaults (`client.recipes()` lists them; e.g.
+        `code-interpreter`, which makes `sandbox.run_code` work in the template's sandboxes)."""
+        recipes = self._options.setdefault("recipes", [])
+        if name not in recipes:
+            recipes.append(name)
+        return self
+
     def set_insecure(self: Self, insecure: bool = True) -> Self:
         """Allow a plain-HTTP or unverified-TLS registry for the pull (loopback ones too: TLS is
         never skipped unasked)."""

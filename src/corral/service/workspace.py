@@ -20,6 +20,7 @@ from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
+from corral.service.code import CodeService
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.pools import PoolService
@@ -55,6 +56,7 @@ class Workspace:
     trust: TrustService
     pools: PoolService
     services: ProjectServices
+    code: CodeService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     @classmethod
@@ -107,6 +109,7 @@ class Workspace:
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes),
+            code=CodeService(sandboxes),
         )
 
     @classmethod
@@ -168,6 +171,7 @@ class Workspace:
     async def stop(self) -> None:
         await self.pools.stop()
         await self.lifecycle.stop()
+        await self.code.aclose()
         for hook in self.on_stop:
             try:
                 await hook()
