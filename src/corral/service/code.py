@@ -166,12 +166,13 @@ class CodeService:
         self, sandbox_id: str, language: str | None, cwd: str | None
     ) -> dict[str, Any]:
         body = {k: v for k, v in (("language", language), ("cwd", cwd)) if v is not None}
-        result: dict[str, Any] = (await self._call(sandbox_id, "POST", "/contexts", body)).json()
-        return result
+        return _context(sandbox_id, await self._call(sandbox_id, "POST", "/contexts", body))
 
     async def list_contexts(self, sandbox_id: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = (await self._call(sandbox_id, "GET", "/contexts")).json()
-        return result
+        found = await self._call(sandbox_id, "GET", "/contexts")
+        if not isinstance(found, list):
+            raise _garbled(sandbox_id)
+        return [_context(sandbox_id, item) for item in found]
 
     async def restart_context(self, sandbox_id: str, context_id: str) -> None:
         await self._call(sandbox_id, "POST", f"/contexts/{_segment(context_id)}/restart")
