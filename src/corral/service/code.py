@@ -13,6 +13,7 @@ A caller that stops reading closes the connection to the server, which interrupt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -38,6 +39,7 @@ MAX_LINE = 32 * 1024 * 1024  # one event (a result's images); the server bounds 
 MAX_ANSWER = 1024 * 1024  # a context answer or an error body
 # The sandbox is not trusted: what its port 49999 answers is read within these bounds, and
 # anything malformed ends the call with an error instead of reaching the caller as it is.
+WATCH = 2.0  # seconds without output after which an execution checks its sandbox still runs
 START_WAIT = 120.0  # a cold sandbox: the server starts, then the default kernel
 _POLL = 0.05
 _UNARY = httpx.Timeout(120.0, connect=5.0)  # creating a context starts a kernel
@@ -191,12 +193,54 @@ class CodeService:
             raise self._refused(sandbox_id, response.status_code, body)
         return self._events(sandbox_id, response)
 
+    def _running(self, sandbox_id: str) -> bool:
+        try:
+            return self._sandboxes.get(sandbox_id).state == "running"
+        except NotFound:
+            return False
+
+    async def _chunks(self, sandbox_id: str, response: httpx.Response) -> AsyncIterator[bytes]:
+        """The response's bytes as they come; ends early if the sandbox stops running.
+
+        A killed or parked sandbox's network goes away without a reset, so a read would wait
+        forever: a reader task fills a queue, and every ``WATCH`` seconds without data the
+        sandbox's state is looked at."""
+        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=16)
+
+        async def read() -> None:
+            try:
+                async for chunk in response.aiter_raw():
+                    await queue.put(chunk)
+                await queue.put(None)
+            except Exception as exc:
+                await queue.put(exc)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), WATCH)
+                except TimeoutError:
+                    if not self._running(sandbox_id):
+                        return
+                    continue
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
     async def _events(self, sandbox_id: str, response: httpx.Response) -> AsyncIterator[Event]:
         buffer = b""
         ended = False
+        chunks = self._chunks(sandbox_id, response)
         with self._sandboxes.busy(sandbox_id):
             try:
-                async for chunk in response.aiter_raw():
+                async for chunk in chunks:
                     buffer += chunk
                     while b"\n" in buffer:
                         line, _, buffer = buffer.partition(b"\n")
@@ -217,6 +261,7 @@ class CodeService:
             except httpx.TransportError:
                 pass
             finally:
+                await chunks.aclose()  # type: ignore[attr-defined]
                 await response.aclose()
             if not ended:
                 err = await self._down(sandbox_id, "stopped answering during the execution")
