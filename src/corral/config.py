@@ -99,6 +99,12 @@ class Settings(BaseSettings):
     dns_upstreams: str = ""
     egress_uplinks: str = ""
     log_level: str = "info"
+    # The credential broker (docs/secrets.md): the CA bundle upstream certificates are verified
+    # against when the broker intercepts a connection (empty: the host's trust store).
+    broker_upstream_ca: Path | None = None
+    # The E2B front: the domain E2B clients are told their sandboxes live under (host names
+    # ``{port}-{sandbox id}.{domain}``, routed by the daemon); unset: the host the client used.
+    e2b_domain: str | None = None
 
     # Bounds on what callers and sandboxes send (each refusal says which bound; docs/security.md).
     max_json_body_kib: int = Field(default=1024, ge=16)  # any JSON request body: HTTP 413 past it
@@ -173,6 +179,16 @@ class Settings(BaseSettings):
     def signing_key_path(self) -> Path:
         """This workspace's ed25519 key that signs its exports (mode 0600, made at first start)."""
         return self.data_dir / "signing.key"
+
+    @property
+    def secrets_key_path(self) -> Path:
+        """The AES key that seals secret values (mode 0600, made at first use)."""
+        return self.data_dir / "secrets.key"
+
+    @property
+    def broker_dir(self) -> Path:
+        """The broker's CA (``ca.pem``, ``ca.key`` 0600)."""
+        return self.data_dir / "broker"
 
     def resolved(self) -> Settings:
         """Return a copy with host-derived capacity filled in and ceilings clamped to it."""

@@ -26,6 +26,8 @@ from e2b.sandbox.filesystem.filesystem import FileType
 
 from tests.e2e.conftest import Daemon
 
+ALL_TRAFFIC = "0.0.0.0/0"
+
 KEY_SHAPE = re.compile(r"^e2b_[0-9a-f]{40}$")
 
 
@@ -292,8 +294,10 @@ def test_killed_sandbox_behind_a_session(sbx: Sandbox) -> None:
 def test_bad_input(daemon: Daemon) -> None:
     with pytest.raises(SandboxException, match="404: template 'no-such-template' not found"):
         Sandbox.create("no-such-template")
-    with pytest.raises(SandboxException, match="400: corral cannot honour allow_internet_access"):
-        Sandbox.create("base", allow_internet_access=False)
+    with pytest.raises(SandboxException, match=r"400: corral cannot honour network\.egress_proxy"):
+        Sandbox.create("base", network={"egress_proxy": {"address": "127.0.0.1:1080"}})
+    with pytest.raises(SandboxException, match="400: corral cannot honour mcp"):
+        Sandbox.create("base", mcp={"exa": {"apiKey": "x"}})  # type: ignore[typeddict-item]
     with pytest.raises(AuthenticationException):
         Sandbox.create("base", api_key="e2b_" + "0" * 40)
     # Fields corral does not know are refused by name, never silently dropped.
@@ -322,16 +326,91 @@ def test_bad_input(daemon: Daemon) -> None:
             client.delete(f"/v1/sandboxes/{sandbox_id}")
 
 
-def test_unserved_calls_fail_at_once(sbx: Sandbox) -> None:
-    started = time.monotonic()
-    with pytest.raises(SandboxException, match="PTY"):
-        sbx.pty.create(PtySize(rows=24, cols=80))
-    with pytest.raises(SandboxException, match="watch"):
-        sbx.files.watch_dir("/tmp")
-    with pytest.raises(SandboxException):
-        sbx.get_metrics()
-    assert time.monotonic() - started < 10
-    assert sbx.commands.run("echo still fine").stdout == "still fine\n"
+def test_pty_create_input_resize_kill(sbx: Sandbox) -> None:
+    output = bytearray()
+    terminal = sbx.pty.create(PtySize(rows=24, cols=80), envs={"MARK": "pty-ok"})
+    sbx.pty.send_stdin(terminal.pid, b"stty size; echo $MARK; tty\n")
+    for _, _, chunk in terminal:  # the shell has answered before the resize
+        output.extend(chunk or b"")
+        if b"/dev/pts/" in output:
+            break
+    sbx.pty.resize(terminal.pid, PtySize(rows=40, cols=132))
+    sbx.pty.send_stdin(terminal.pid, b"stty size; exit 7\n")
+    with pytest.raises(CommandExitException) as ended:
+        terminal.wait(on_pty=output.extend)
+    assert ended.value.exit_code == 7
+    text = output.decode(errors="replace")
+    assert "24 80" in text and "40 132" in text and "pty-ok" in text
+    assert "/dev/pts/" in text  # a real terminal, not pipes
+
+    sleeper = sbx.pty.create(PtySize(rows=10, cols=20))
+    assert sleeper.pid in {p.pid for p in sbx.commands.list()}
+    assert sbx.pty.kill(sleeper.pid) is True
+    with pytest.raises(CommandExitException):
+        sleeper.wait()
+
+
+def test_metrics(sbx: Sandbox) -> None:
+    sbx.commands.run("head -c 20000000 /dev/urandom | sha256sum")
+    (sample,) = sbx.get_metrics()
+    assert sample.cpu_count == 1 and sample.mem_total == 512 * 1024 * 1024
+    assert sample.mem_used > 0 and 0 <= sample.cpu_used_pct <= 100
+    assert sample.disk_total == 2048 * 1024 * 1024
+    assert abs(sample.timestamp.timestamp() - time.time()) < 60
+    assert Sandbox.get_metrics(sbx.sandbox_id)[0].mem_total == sample.mem_total
+    sbx.pause()
+    assert Sandbox.get_metrics(sbx.sandbox_id) == []
+
+
+def test_network_options_become_egress_rules(daemon: Daemon) -> None:
+    sandbox = Sandbox.create(
+        "base",
+        timeout=120,
+        network={"allow_out": ["1.1.1.1", "api.example.com"], "deny_out": [ALL_TRAFFIC]},
+    )
+    try:
+        with daemon.client() as client:
+            policy = client.get(f"/v1/sandboxes/{sandbox.sandbox_id}").json()["network"]
+        assert policy == {"mode": "project", "allow": ["1.1.1.1", "api.example.com"], "deny": []}
+        info = sandbox.get_info()
+        assert info.allow_internet_access is False
+        assert info.network is not None
+        assert info.network["allow_out"] == ["1.1.1.1", "api.example.com"]
+        sandbox.update_network({"allow_out": ["9.9.9.9"], "deny_out": ["203.0.113.0/24"]})
+        with daemon.client() as client:
+            policy = client.get(f"/v1/sandboxes/{sandbox.sandbox_id}").json()["network"]
+        assert policy == {
+            "mode": "project_internet",
+            "allow": ["9.9.9.9"],
+            "deny": ["203.0.113.0/24"],
+        }
+        assert sandbox.get_info().allow_internet_access is True
+        sandbox.update_network({"allow_internet_access": False})
+        with daemon.client() as client:
+            assert client.get(f"/v1/sandboxes/{sandbox.sandbox_id}").json()["network"] == {
+                "mode": "project",
+                "allow": [],
+                "deny": [],
+            }
+    finally:
+        sandbox.kill()
+    offline = Sandbox.create("base", timeout=60, allow_internet_access=False)
+    try:
+        with daemon.client() as client:
+            record = client.get(f"/v1/sandboxes/{offline.sandbox_id}").json()
+        assert record["network"]["mode"] == "project"
+        with pytest.raises(SandboxException, match="in E2B the allow wins"):
+            offline.update_network({"allow_out": ["8.8.8.8"], "deny_out": ["8.8.0.0/16"]})
+    finally:
+        offline.kill()
+
+
+def test_domain_and_traffic_token(daemon: Daemon, sbx: Sandbox) -> None:
+    host = daemon.url.removeprefix("http://")
+    assert sbx.sandbox_domain == host
+    assert sbx.get_host(8080) == f"8080-{sbx.sandbox_id}.{host}"
+    assert re.fullmatch(r"[0-9a-f]{64}", sbx.traffic_access_token or "")
+    assert sbx.traffic_access_token != Sandbox.connect(sbx.sandbox_id)._envd_access_token
 
 
 def test_first_generation_routes_and_host_names(daemon: Daemon, sbx: Sandbox) -> None:

@@ -41,7 +41,10 @@ def test_tmp_is_on_disk_past_memory_and_survives_park_wake_and_fork(daemon: Daem
         # It counts against the disk: past the disk the write fails, the sandbox lives.
         full = sbx.exec(["sh", "-c", "head -c 900M /dev/zero > /tmp/more"], timeout=120)
         assert full.exit_code != 0 and "No space left on device" in full.stderr
+        assert df(sbx, "/") == (1024, 1024)  # df tells why: the disk is full
         sh(sbx, "rm /tmp/more /tmp/big")
+        size, used = df(sbx, "/")
+        assert size == 1024 and used < 16, (size, used)
         assert is_running(sbx, keeper)
 
         sbx.park()
@@ -64,10 +67,15 @@ def test_df_nproc_free_show_the_sandbox_resources(daemon: Daemon) -> None:
         assert sh(sbx, "python3 -c 'import os; print(os.cpu_count())'").strip() == "1"
         total = int(sh(sbx, "free -m | awk '/^Mem:/ {print $2}'"))
         assert total == 384
-        # /tmp fills the sandbox's own disk, not the host's memory.
+        # df shows the sandbox's disk, not gVisor's unbounded 8.0E; /tmp is on it, like /.
+        size, before = df(sbx, "/")
+        assert size == 1024 and before < 16, (size, before)
         sh(sbx, "head -c 64M /dev/zero > /tmp/f")
-        size, used = df(sbx, "/tmp")
-        assert used >= 64, (size, used)
+        assert df(sbx, "/tmp") == df(sbx, "/")
+        size, used = df(sbx, "/")
+        assert size == 1024 and 64 <= used - before <= 66, (size, before, used)
+        human = sh(sbx, "df -h / | tail -1").split()
+        assert human[1] == "1.0G", human
     with Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=256, cpu=0.5) as small:
         assert sh(small, "nproc").strip() == "1"
 
@@ -142,3 +150,28 @@ def test_ls_lists_live_sandboxes_and_prunes_ended_ones(
     finally:
         stop_daemon(daemon)
     assert not leftover_namespaces(prefix), daemon.log()[-4000:]
+
+
+def test_commands_cannot_mount_or_unshare(daemon: Daemon) -> None:
+    """The agent holds CAP_SYS_ADMIN only to move the root onto the disk at start; neither it nor
+    any process it starts keeps it, so nothing in the sandbox can mount or make a mount namespace.
+    (A user namespace of its own is allowed, as on Linux: what it mounts there nobody else sees.)"""
+    with Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=256) as sbx:
+        for pid in ("self", "1"):
+            status = sh(sbx, f"grep -E '^Cap(Bnd|Prm|Eff|Inh):' /proc/{pid}/status")
+            for line in status.splitlines():
+                assert not int(line.split()[1], 16) & (1 << 21), (pid, line)
+        attempts = {
+            "mount tmpfs": "mount -t tmpfs none /mnt",
+            "bind mount": "mount --bind /etc /mnt",
+            "remount the root": "mount -o remount,rw /",
+            "unshare a mount namespace": "unshare -m true",
+            "pivot_root": "mkdir -p /tmp/nr && pivot_root /tmp/nr /tmp/nr",
+            "umount /proc": "umount -l /proc",
+        }
+        for what, command in attempts.items():
+            tried = sbx.exec(["sh", "-c", command])
+            assert tried.exit_code != 0, f"{what} succeeded: {tried.stdout} {tried.stderr}"
+        # The raw disk the root was built on is out of reach: only an empty mount point is left.
+        assert sh(sbx, "ls -A /.corral/disk") == ""
+        assert sh(sbx, "cat /proc/mounts | awk '{print $2}'").split().count("/") == 1

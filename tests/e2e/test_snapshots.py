@@ -42,6 +42,8 @@ def test_memory_snapshot_restores_twice_and_fs_only_has_files_not_processes(
                 assert is_running(sbx, counter)
                 assert_counting(sbx, at_snapshot, COUNT)
             restored[0].files.write("/root/state.txt", "diverged")
+            with pytest.raises(InvalidRequest, match="disk cannot be changed"):
+                client.create_sandbox(snapshot="e2e-mem", disk_mib=1024)
             assert restored[1].files.read("/root/state.txt") == b"snapshotted"
 
             from_files = client.create_sandbox(snapshot="e2e-fs")

@@ -73,6 +73,10 @@ def test_warm_template_starts_with_the_warmup_running(daemon: Daemon) -> None:
         assert second.exec("echo $GREETING").stdout == "hi\n"  # env given after the restore
         with pytest.raises(InvalidRequest, match="warm"):
             Sandbox.create(template=name, memory_mib=512, **kw)
+        # Its root's size is in the memory image too: `df /` would show the template's disk.
+        assert first.exec("df -B1M --output=size / | tail -1").stdout.strip() == "2048"
+        with pytest.raises(InvalidRequest, match="disk cannot be changed"):
+            Sandbox.create(template=name, disk_mib=1024, **kw)
     finally:
         first.kill()
         second.kill()

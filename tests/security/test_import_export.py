@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from corral import Client, InvalidRequest, NotFound
 from corral.sdk.errors import UntrustedExport
 from corral.service.auth import ApiKeys
-from corral.service.trust import SIGNING_CONTEXT, format_public_key
+from corral.service.snapshots.trust import SIGNING_CONTEXT, format_public_key
 from corral.storage import Database
 from tests.e2e.conftest import IMAGES_DIR, Daemon, leftover_namespaces, start_daemon, stop_daemon
 

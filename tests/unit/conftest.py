@@ -26,6 +26,7 @@ from corral.runtime.base import (
     RuntimeInfo,
     RuntimeStatus,
     SandboxSpec,
+    Usage,
 )
 from corral.service.workspace import Workspace
 
@@ -121,6 +122,19 @@ class LocalAgentRuntime:
 
     async def disk_usage_mib(self, sandbox_id: str) -> int:
         return 0
+
+    async def usage(self, sandbox_id: str) -> Usage | None:
+        """The agent process's own CPU time and resident memory, from /proc."""
+        proc = self.processes.get(sandbox_id)
+        if proc is None or proc.poll() is not None:
+            return None
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        resident = int(Path(f"/proc/{proc.pid}/statm").read_text().split()[1])
+        return Usage(
+            cpu_seconds=(int(fields[11]) + int(fields[12])) / ticks,
+            memory_bytes=resident * os.sysconf("SC_PAGE_SIZE"),
+        )
 
     def close(self) -> None:
         for sandbox_id in list(self.processes):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from corral.paths import PathEscape, inside
-from corral.service.lifecycle import seal_image
+from corral.service.images import seal_image
 
 
 def test_inside_accepts_paths_below_the_root(tmp_path: Path) -> None:

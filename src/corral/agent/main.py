@@ -1,10 +1,12 @@
 """The agent's start: configuration, its duties as PID 1, and the serving loop.
 
 Its key comes on stdin (``keys.py``), which it reads first and replaces with /dev/null.
-Configuration comes from the environment: ``CORRAL_AGENT_PORT`` (default 49983) and
-``CORRAL_AGENT_HOST`` (default 0.0.0.0); every other variable it was started with is the default
-environment of the processes it starts (``PUT /config`` replaces it). As PID 1 it survives stray
-signals; elsewhere (tests, debugging) it makes itself a child subreaper so orphans still come to it.
+Configuration comes from the environment: ``CORRAL_AGENT_PORT`` (default 49983),
+``CORRAL_AGENT_HOST`` (default 0.0.0.0) and ``CORRAL_AGENT_DISK_ROOT`` (the sized disk to move
+the root onto before anything else, ``disk_root.py``); every other variable it was started with
+is the default environment of the processes it starts (``PUT /config`` replaces it). As PID 1 it
+survives stray signals; elsewhere (tests, debugging) it makes itself a child subreaper so
+orphans still come to it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import sys
 import threading
 
+from .disk_root import drop_sys_admin, enter_disk_root, has_sys_admin
 from .http import Server
 from .keys import read_boot_key
 from .processes import ENV_PREFIX, Agent
@@ -59,12 +62,28 @@ def become_subreaper() -> None:
         pass
 
 
+def settle_root() -> None:
+    """Move onto the sandbox's sized disk when the runtime asks, then give up CAP_SYS_ADMIN
+    (granted for that alone). A failed move leaves the image's root (logged); a failed drop
+    ends the agent: it never serves with the capability."""
+    disk = os.environ.get(ENV_PREFIX + "DISK_ROOT")
+    if not disk and not has_sys_admin():
+        return
+    if disk:
+        try:
+            enter_disk_root(disk)
+        except Exception as exc:  # any failure leaves the image's root
+            print(f"corral agent: root stays on the image: {exc}", file=sys.stderr, flush=True)
+    drop_sys_admin()
+
+
 def main() -> int:
     port = int(os.environ.get(ENV_PREFIX + "PORT") or DEFAULT_PORT)
     host = os.environ.get(ENV_PREFIX + "HOST") or DEFAULT_HOST
     threading.stack_size(512 * 1024)
     guard_init_signals()
     become_subreaper()
+    settle_root()
     key = read_boot_key()  # first: fd 0 is /dev/null before anything can start a child
     agent = Agent(dict(os.environ), key)
     agent.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
@@ -15,11 +16,13 @@ from corral.api.errors import AsciiJSONResponse, install_error_handlers
 from corral.api.limits import BodyLimits, BodyRule
 from corral.api.routes import (
     code,
+    console,
     files,
     health,
     processes,
     recipes,
     sandboxes,
+    secrets,
     services,
     snapshots,
     templates,
@@ -27,22 +30,28 @@ from corral.api.routes import (
     workspace,
 )
 from corral.config import Settings
+from corral.console import install as install_console
 from corral.e2b import install as install_e2b
+from corral.mcp.http import install as install_mcp
 from corral.service.workspace import Workspace
 
 KIB = 1024
 MIB = 1024 * 1024
 
 
-def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
-    """Build the app for a workspace; with ``manage_lifespan`` the app starts and stops it."""
+def create_app(
+    ws: Workspace, *, manage_lifespan: bool = True, console_dir: Path | None = None
+) -> FastAPI:
+    """Build the app for a workspace; with ``manage_lifespan`` the app starts and stops it.
+    ``console_dir`` holds the built console (default: the package's own build)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if manage_lifespan:
             await ws.start()
         try:
-            yield
+            async with mcp_http.running():
+                yield
         finally:
             if manage_lifespan:
                 await ws.stop()
@@ -74,10 +83,14 @@ def create_app(ws: Workspace, *, manage_lifespan: bool = True) -> FastAPI:
         snapshots,
         trust,
         services,
+        secrets,
+        console,
     ):
         app.include_router(module.router, dependencies=authed)
     app.include_router(docs_router(app), dependencies=authed)
     install_e2b(app)
+    install_console(app, console_dir)
+    mcp_http = install_mcp(app)
     return app
 
 

@@ -10,7 +10,8 @@ from fastapi import Depends, Request
 
 from corral.service.auth import hash_key
 from corral.service.code import CodeService
-from corral.service.errors import InvalidRequest
+from corral.service.console_sessions import COOKIE_NAME, CSRF_HEADER
+from corral.service.errors import InvalidRequest, Unauthorized
 from corral.service.files import FileService
 from corral.service.processes import ProcessService
 from corral.service.sandboxes import SandboxService
@@ -47,10 +48,55 @@ class VerifiedKeys:
         self._until[digest] = (time.monotonic() + self.ttl, record)
 
 
-def require_key(request: Request) -> ApiKeyRecord:
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def own_origin(request: Request) -> str:
+    """The origin this request was addressed to (scheme and Host), as a browser writes it."""
+    return f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
+def console_session_key(request: Request) -> str | None:
+    """The API key behind the request's console session cookie, if it has a live one.
+
+    A cookie travels with any request the browser makes, so a call that changes something must
+    also prove it comes from the console's own page: the session's CSRF token in the
+    ``X-Corral-CSRF`` header (a cross-origin page cannot read it) and, when the browser sends
+    one, an ``Origin`` equal to the daemon's own.
+    """
+    cookie = request.cookies.get(COOKIE_NAME)
+    if not cookie:
+        return None
+    session = get_workspace(request).console_sessions.get(cookie)
+    if session is None:
+        raise Unauthorized("the console session has expired or was closed: log in again")
+    if request.method not in SAFE_METHODS:
+        origin = request.headers.get("origin")
+        if origin is not None and origin != own_origin(request):
+            raise Unauthorized(
+                f"refused a cross-origin request from {origin!r} with the console's session",
+                code="forbidden",
+            )
+        if not session.csrf_matches(request.headers.get(CSRF_HEADER)):
+            raise Unauthorized(
+                "a console request that changes something needs the session's CSRF token "
+                "in the X-Corral-CSRF header",
+                code="forbidden",
+            )
+    return session.api_key
+
+
+def presented_key(request: Request) -> str | None:
+    """The key a request presents: its ``Authorization: Bearer`` header, else the key behind
+    its console session cookie (checked as ``console_session_key`` says)."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     presented = token.strip() if scheme.lower() == "bearer" else None
+    return presented or console_session_key(request)
+
+
+def require_key(request: Request) -> ApiKeyRecord:
+    presented = presented_key(request)
     cache: VerifiedKeys | None = getattr(request.app.state, "verified_keys", None)
     if not presented or cache is None:
         return get_workspace(request).api_keys.verify(presented)

@@ -21,6 +21,21 @@ class ErrorBody(BaseModel):
     message: str
 
 
+class SecretFile(BaseModel):
+    """A file written into a new sandbox holding a brokered secret's placeholder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=64, description="the secret (one of ``secrets``)")
+    path: str = Field(max_length=4096, description="absolute path in the sandbox")
+    template: str | None = Field(
+        default=None,
+        max_length=65536,
+        description="the file's text with $NAME or ${NAME} for placeholders (default: the "
+        "preset's template for that file, else the placeholder alone)",
+    )
+
+
 class SandboxCreate(BaseModel):
     """A request for a new sandbox; omitted resources take the template's defaults."""
 
@@ -49,6 +64,13 @@ class SandboxCreate(BaseModel):
     )
     allow: list[str] = Field(default_factory=list, max_length=256, description="egress rules")
     deny: list[str] = Field(default_factory=list, max_length=256, description="egress rules")
+    secrets: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="brokered secrets (docs/secrets.md): the sandbox's env holds placeholders, "
+        "the broker puts the values into requests to the secrets' hosts",
+    )
+    secret_files: list[SecretFile] = Field(default_factory=list, max_length=32)
 
 
 class NetworkPolicy(BaseModel):
@@ -457,3 +479,67 @@ class Recipe(BaseModel):
 
 class RecipeList(BaseModel):
     recipes: list[Recipe]
+
+
+class SecretSet(BaseModel):
+    """Store (or replace) a brokered secret. ``value`` is never returned or logged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: str = Field(min_length=1, max_length=8192, repr=False)
+    preset: str = Field(default="http", description="github, openai, anthropic, http or aws")
+    hosts: list[str] | None = Field(
+        default=None, max_length=32, description="hosts it is bound to (default: the preset's)"
+    )
+    header: str | None = Field(default=None, description="only this header carries it")
+    scheme: str | None = Field(default=None, description="with header: e.g. Bearer")
+    query: bool | None = Field(default=None, description="replace it in query strings")
+    body: bool | None = Field(default=None, description="replace it in request bodies")
+
+
+class SecretRotate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    value: str = Field(min_length=1, max_length=8192, repr=False)
+
+
+class Secret(BaseModel):
+    """A brokered secret, never its value."""
+
+    name: str
+    preset: str
+    hosts: list[str]
+    header: str | None = None
+    scheme: str | None = None
+    query: bool = True
+    body: bool = False
+    created_at: float
+    updated_at: float
+    last_used_at: float | None = None
+    sandboxes: list[str] = Field(default_factory=list, description="sandboxes bound to it")
+
+
+class SecretList(BaseModel):
+    secrets: list[Secret]
+
+
+class SecretAuditEntry(BaseModel):
+    """One injection: who used which secret where (never the value or the query string)."""
+
+    at: float
+    sandbox_id: str
+    secret: str
+    host: str
+    method: str
+    path: str
+
+
+class SecretLog(BaseModel):
+    entries: list[SecretAuditEntry]
+
+
+class ConsoleLoginToken(BaseModel):
+    token: str = Field(description="good for one login, until expires_at")
+    path: str = Field(description="the console's login link, relative to the daemon's URL")
+    expires_at: float = Field(description="Unix time")
+    key_name: str = Field(description="the key (and so the role) the console will act as")

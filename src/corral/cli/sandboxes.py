@@ -51,9 +51,24 @@ def new(
     ),
     allow: list[str] = typer.Option([], "--allow", metavar="RULE", help="Egress allow rule."),
     deny: list[str] = typer.Option([], "--deny", metavar="RULE", help="Egress deny rule."),
+    secret: list[str] = typer.Option(
+        [],
+        "--secret",
+        metavar="NAME",
+        help="A brokered secret (corral secret set): the env var NAME holds a placeholder that "
+        "the broker swaps for the value on requests to the secret's hosts. Repeatable.",
+    ),
+    secret_file: list[str] = typer.Option(
+        [],
+        "--secret-file",
+        metavar="NAME:PATH[:TEMPLATE]",
+        help="Write PATH in the sandbox with NAME's placeholder: the preset's format, or the "
+        "local TEMPLATE file's text with $NAME replaced. Repeatable.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the sandbox as JSON."),
 ) -> None:
     """Create a sandbox (or restore one from --snapshot) and print its id."""
+    files = [_secret_file(spec) for spec in secret_file]
     sandbox = client(ctx).create_sandbox(
         template,
         cpu=cpu,
@@ -70,11 +85,28 @@ def new(
         network=network,
         allow=allow,
         deny=deny,
+        secrets=list(dict.fromkeys([*secret, *(str(f["name"]) for f in files)])),
+        secret_files=files,
     )
     if as_json:
         print_json(sandbox.last_info.to_dict())
     else:
         typer.echo(sandbox.id)
+
+
+def _secret_file(spec: str) -> dict[str, str | None]:
+    """``NAME:PATH[:TEMPLATE]`` -> the API's secret file (the template read from this host)."""
+    name, sep, rest = spec.partition(":")
+    path, _, template_file = rest.partition(":")
+    if not sep or not name or not path.startswith("/"):
+        raise typer.BadParameter(
+            f"{spec!r} is not NAME:/PATH[:TEMPLATE_FILE]", param_hint="--secret-file"
+        )
+    template = None
+    if template_file:
+        with open(template_file, encoding="utf-8") as source:
+            template = source.read(65537)
+    return {"name": name, "path": path, "template": template}
 
 
 def list_sandboxes(

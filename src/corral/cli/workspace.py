@@ -1,4 +1,4 @@
-"""`corral capacity`: the workspace's resources."""
+"""`corral capacity`: the workspace's resources; `corral console`: a web console login link."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import typer
 from corral.cli._state import client, print_json
 from corral.cli.render import number, print_capacity
 
-__all__ = ["capacity"]
+__all__ = ["capacity", "console"]
 
 
 def capacity(
@@ -34,3 +34,10 @@ def capacity(
         )
     else:
         print_capacity(found)
+
+
+def console(ctx: typer.Context) -> None:
+    """Print a link that logs a browser into the web console once (valid for two minutes),
+    acting as this CLI's API key. Or open URL/console/ and paste an API key."""
+    link = client(ctx).console_login_link()
+    typer.echo(link)

@@ -18,7 +18,7 @@ from connectrpc.server import ConnectASGIApplication
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from corral.e2b import rest, snapshots
+from corral.e2b import metrics, rest, snapshots
 from corral.e2b.context import INTERNAL_HEADERS, SANDBOX_HEADER, TOKEN_OK_HEADER
 from corral.e2b.envd.filesystem.filesystem_connect import FilesystemASGIApplication
 from corral.e2b.envd.process.process_connect import ProcessASGIApplication
@@ -111,6 +111,7 @@ def install(app: FastAPI) -> None:
     ws = app.state.workspace
     data_dir = ws.settings.data_dir
     app.state.e2b_tokens = AccessTokens(lambda: load_secret(data_dir))
+    app.include_router(metrics.router)  # before rest: /sandboxes/metrics is not an id
     app.include_router(rest.router)
     app.include_router(snapshots.router)
     process: ConnectASGIApplication[Any] = ProcessASGIApplication(

@@ -1,8 +1,10 @@
 """envd's Process service (Connect RPC) over corral's ProcessService and the agent.
 
 E2B's ``Start`` stream is corral's streamed exec; ``Connect`` reads the agent's buffered output
-of a pid; stdin, close-stdin and signals are the agent's calls. PTYs are not served yet: those
-calls answer UNIMPLEMENTED. ``Connect-Timeout-Ms`` of a ``Start`` becomes the process's timeout.
+of a pid; stdin, close-stdin and signals are the agent's calls. A ``Start`` with ``pty`` opens
+one of the agent's terminals: its output (the agent's ``stdout`` events of that process) goes out
+as envd's ``pty`` data, ``pty`` input is written to the terminal and ``Update`` resizes it.
+``Connect-Timeout-Ms`` of a ``Start`` becomes the process's timeout.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from corral.service.workspace import Workspace
 
 KEEPALIVE_HEADER = "keepalive-ping-interval"
 KEEPALIVE_BOUNDS = (1.0, 300.0)
-PTY_NOT_YET = "corral does not serve PTYs yet: use commands.run"
 SIGNALS = {pb.Signal.SIGTERM: "SIGTERM", pb.Signal.SIGKILL: "SIGKILL"}
 
 
@@ -58,12 +59,13 @@ def _end_event(event: dict[str, Any]) -> pb.ProcessEvent:
     return _event("end", end)
 
 
-def to_process_events(event: dict[str, Any]) -> list[pb.ProcessEvent]:
+def to_process_events(event: dict[str, Any], pty: bool = False) -> list[pb.ProcessEvent]:
     kind = event.get("type")
     if kind == "start":
         return [_event("start", pb.ProcessEvent.StartEvent(pid=event["pid"]))]
     if kind in ("stdout", "stderr"):
-        return [_data_event(kind, base64.b64decode(event.get("data", "")))]
+        # A terminal's output comes from the agent as the process's stdout.
+        return [_data_event("pty" if pty else kind, base64.b64decode(event.get("data", "")))]
     if kind == "exit":
         return [_end_event(event)]
     return []  # "truncated": the agent dropped old output; envd has no such event
@@ -82,7 +84,10 @@ KEEPALIVE = _event("keepalive", pb.ProcessEvent.KeepAlive())
 
 
 async def with_keepalive(
-    sandbox_id: str, events: AsyncIterator[dict[str, Any]], interval: float | None
+    sandbox_id: str,
+    events: AsyncIterator[dict[str, Any]],
+    interval: float | None,
+    pty: bool = False,
 ) -> AsyncIterator[pb.ProcessEvent]:
     """The process events as envd's, with a keepalive after every ``interval`` s of silence.
 
@@ -115,7 +120,7 @@ async def with_keepalive(
                 pending = None
             # Read on after the exit event: the service then lets the agent forget the process.
             ended = ended or event.get("type") == "exit"
-            for out in to_process_events(event):
+            for out in to_process_events(event, pty):
                 yield out
     finally:
         if pending is not None:
@@ -143,6 +148,12 @@ class ProcessHandler(Process):
             if info.get("tag") == chosen.value and info.get("running"):
                 return int(info["pid"])
         raise ConnectError(Code.NOT_FOUND, f"no running process with tag {chosen.value!r}")
+
+    async def _is_pty(self, sandbox_id: str, pid: int) -> bool:
+        return any(
+            int(info["pid"]) == pid and bool(info.get("pty"))
+            for info in await self._listed(sandbox_id)
+        )
 
     async def _listed(self, sandbox_id: str) -> list[dict[str, Any]]:
         listed = await self._ws.processes.call(sandbox_id, "list processes of", "list_processes")
@@ -179,8 +190,6 @@ class ProcessHandler(Process):
     ) -> AsyncIterator[pb.StartResponse]:
         headers = ctx.request_headers
         sandbox_id = sandbox_of(headers)
-        if request.pty is not None:
-            raise ConnectError(Code.UNIMPLEMENTED, PTY_NOT_YET)
         config = request.process or pb.ProcessConfig()
         if not config.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
@@ -189,18 +198,32 @@ class ProcessHandler(Process):
             "env": dict(config.envs),
             "cwd": config.cwd or None,
             "user": user_of(headers),
-            "stdin": True if request.stdin is None else bool(request.stdin),
             "tag": request.tag,
         }
         timeout_ms = ctx.timeout_ms
         if timeout_ms:
             spec["timeout"] = timeout_ms / 1000
+        pty = request.pty is not None
         try:
-            events = await self._ws.processes.exec_stream(sandbox_id, spec)
+            if pty:
+                events = await self._open_terminal(sandbox_id, spec, request.pty)
+            else:
+                spec["stdin"] = True if request.stdin is None else bool(request.stdin)
+                events = await self._ws.processes.exec_stream(sandbox_id, spec)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers)):
+        async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers), pty):
             yield pb.StartResponse(event=out)
+
+    async def _open_terminal(
+        self, sandbox_id: str, spec: dict[str, Any], pty: pb.PTY | None
+    ) -> AsyncIterator[dict[str, Any]]:
+        size = pty.size if pty is not None else None
+        if size is None or not size.rows or not size.cols:
+            raise ConnectError(Code.INVALID_ARGUMENT, "pty.size needs rows and cols above 0")
+        spec["pty"] = {"rows": size.rows, "cols": size.cols}
+        pid = await self._ws.processes.start_pty(sandbox_id, spec)
+        return await self._ws.processes.events(sandbox_id, pid, -1, True)
 
     async def connect(
         self, request: pb.ConnectRequest, ctx: RequestContext
@@ -209,21 +232,31 @@ class ProcessHandler(Process):
         sandbox_id = sandbox_of(headers)
         try:
             pid = await self._pid(sandbox_id, request.process)
+            pty = await self._is_pty(sandbox_id, pid)
             events = await self._ws.processes.events(sandbox_id, pid, -1, True)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers)):
+        async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers), pty):
             yield pb.ConnectResponse(event=out)
 
     async def update(self, request: pb.UpdateRequest, ctx: RequestContext) -> pb.UpdateResponse:
-        raise ConnectError(Code.UNIMPLEMENTED, PTY_NOT_YET)
+        """Resize a terminal (the only update envd has)."""
+        sandbox_id = sandbox_of(ctx.request_headers)
+        size = request.pty.size if request.pty is not None else None
+        if size is None:
+            return pb.UpdateResponse()
+        try:
+            pid = await self._pid(sandbox_id, request.process)
+        except CorralError as exc:
+            raise connect_error_of(sandbox_id, exc) from exc
+        await self._call(sandbox_id, "resize a terminal in", "resize", pid, size.rows, size.cols)
+        return pb.UpdateResponse()
 
     async def _send(self, sandbox_id: str, pid: int, given: pb.ProcessInput | None) -> None:
         chosen = given.input if given is not None else None
         if chosen is None:
             return
-        if chosen.field == "pty":
-            raise ConnectError(Code.UNIMPLEMENTED, PTY_NOT_YET)
+        # Terminal input and stdin both go to the process's input (its terminal for a PTY).
         await self._call(sandbox_id, "send input in", "send_stdin", pid, bytes(chosen.value))
 
     async def send_input(

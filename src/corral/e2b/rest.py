@@ -2,8 +2,10 @@
 
 Each route converts E2B's JSON to a service call and back. E2B's ``paused`` is corral's
 ``parked``; a killed, stopped or failed sandbox does not exist for E2B (404). Forks and
-snapshots are in ``snapshots``. Fields corral cannot honour yet (custom networking, MCP,
-volumes, no internet) are refused with 400 and a message that says which, never dropped.
+snapshots are in ``snapshots``, metrics in ``metrics``; network options are translated to
+corral's egress policy by ``network``. Fields corral cannot honour (an MCP gateway, volumes,
+workload identity, some network options) are refused with 400 and a message that says which,
+never dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
 from corral.e2b.errors import api_error, api_error_of
+from corral.e2b.network import create_egress, network_info, update_egress
 from corral.e2b.tokens import AccessTokens
 from corral.service.errors import CorralError, InvalidRequest, NotFound
 from corral.service.sandboxes import CreateRequest
@@ -105,7 +108,15 @@ def find(ws: Workspace, sandbox_id: str) -> SandboxRecord:
     return record
 
 
-def created_body(record: SandboxRecord, tokens: AccessTokens) -> dict[str, Any]:
+def domain_of(request: Request) -> str:
+    """The domain sandboxes live under (``{port}-{id}.{domain}``): the configured one, else
+    the host (and port) the client reached the daemon by."""
+    configured: str | None = workspace_of(request).settings.e2b_domain
+    return configured or request.headers.get("host") or request.url.netloc
+
+
+def created_body(record: SandboxRecord, request: Request) -> dict[str, Any]:
+    tokens = tokens_of(request)
     return {
         "templateID": record.template,
         "sandboxID": record.id,
@@ -113,8 +124,8 @@ def created_body(record: SandboxRecord, tokens: AccessTokens) -> dict[str, Any]:
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": tokens.token(record.id),
-        "trafficAccessToken": None,
-        "domain": None,
+        "trafficAccessToken": tokens.traffic_token(record.id),
+        "domain": domain_of(request),
     }
 
 
@@ -136,10 +147,13 @@ def listed_body(record: SandboxRecord) -> dict[str, Any]:
     }
 
 
-def detail_body(record: SandboxRecord, tokens: AccessTokens) -> dict[str, Any]:
+def detail_body(record: SandboxRecord, request: Request) -> dict[str, Any]:
     body = listed_body(record)
-    body["envdAccessToken"] = tokens.token(record.id)
-    body["domain"] = None
+    body["envdAccessToken"] = tokens_of(request).token(record.id)
+    body["domain"] = domain_of(request)
+    internet, network = network_info(workspace_of(request).sandboxes.policy_of(record))
+    body["allowInternetAccess"] = internet
+    body["network"] = network
     return body
 
 
@@ -187,17 +201,13 @@ def auto_resume(value: Any) -> bool:
     return bool(value)
 
 
-def create_request(body: dict[str, Any]) -> CreateRequest:
+def create_request(body: dict[str, Any], default_mode: str) -> CreateRequest:
     unknown = sorted(set(body) - KNOWN_CREATE_FIELDS)
     if unknown:
         raise InvalidRequest(f"corral does not know the sandbox fields {unknown}")
     refused = []
-    if body.get("allow_internet_access") is False:
-        refused.append("allow_internet_access=false (network modes wait for corral's networking)")
-    if body.get("network"):
-        refused.append("network rules (wait for corral's networking)")
     if body.get("mcp"):
-        refused.append("mcp (needs networked template builds)")
+        refused.append("mcp (E2B's MCP gateway; corral serves MCP itself: `corral mcp`)")
     if body.get("volumeMounts"):
         refused.append("volumeMounts (corral has no volumes yet)")
     if body.get("iam"):
@@ -207,7 +217,8 @@ def create_request(body: dict[str, Any]) -> CreateRequest:
     template = body.get("templateID")
     if not isinstance(template, str) or not template:
         raise InvalidRequest("'templateID' is required")
-    return CreateRequest(
+    egress = create_egress(body.get("allow_internet_access"), body.get("network"), default_mode)
+    wanted = CreateRequest(
         template=template,
         env=str_map(body, "envVars"),
         metadata=str_map(body, "metadata"),
@@ -215,6 +226,9 @@ def create_request(body: dict[str, Any]) -> CreateRequest:
         on_timeout="park" if body.get("autoPause") else "kill",
         auto_wake=auto_resume(body.get("autoResume")),
     )
+    if egress is not None:
+        wanted.network, wanted.allow, wanted.deny = egress.mode, egress.allow, egress.deny
+    return wanted
 
 
 def is_snapshot(ws: Workspace, name: str) -> bool:
@@ -237,14 +251,14 @@ async def guarded(call: Any) -> Response:
 @router.post("/v2/sandboxes", dependencies=WRITES)
 async def create_sandbox(request: Request) -> Response:
     async def run() -> Response:
-        ws, tokens = workspace_of(request), tokens_of(request)
-        wanted = create_request(await json_body(request))
+        ws = workspace_of(request)
+        wanted = create_request(await json_body(request), ws.settings.allowed_network_modes[0])
         if is_snapshot(ws, wanted.template):
             # E2B starts a sandbox from a snapshot by giving its id as the template.
             record = await ws.snapshots.restore(wanted.template, wanted)
         else:
             record = await ws.sandboxes.create(wanted)
-        return JSONResponse(created_body(record, tokens), status_code=201)
+        return JSONResponse(created_body(record, request), status_code=201)
 
     return await guarded(run)
 
@@ -325,7 +339,7 @@ async def get_sandbox(sandbox_id: str, request: Request) -> Response:
         record = await ws.sandboxes.refresh(sandbox_id)
         if not visible(record):
             raise NotFound(f"sandbox {sandbox_id} not found (it is {record.state})")
-        body = detail_body(record, tokens_of(request))
+        body = detail_body(record, request)
         if not may_change(request):
             body.pop("envdAccessToken")
         return JSONResponse(body)
@@ -386,7 +400,7 @@ async def pause_sandbox(sandbox_id: str, request: Request) -> Response:
 
 
 async def wake_and_answer(request: Request, sandbox_id: str, *, resume_only: bool) -> Response:
-    ws, tokens = workspace_of(request), tokens_of(request)
+    ws = workspace_of(request)
     record = find(ws, sandbox_id)
     seconds = positive_int(await json_body(request), "timeout")
     status = 200
@@ -397,7 +411,7 @@ async def wake_and_answer(request: Request, sandbox_id: str, *, resume_only: boo
         return api_error(409, f"sandbox {sandbox_id} is already running")
     if seconds is not None:
         record = ws.sandboxes.set_timeout(sandbox_id, seconds)
-    return JSONResponse(created_body(record, tokens), status_code=status)
+    return JSONResponse(created_body(record, request), status_code=status)
 
 
 @router.post("/sandboxes/{sandbox_id}/connect", dependencies=WRITES)
@@ -409,3 +423,20 @@ async def connect_sandbox(sandbox_id: str, request: Request) -> Response:
 @router.post("/sandboxes/{sandbox_id}/resume", dependencies=WRITES)
 async def resume_sandbox(sandbox_id: str, request: Request) -> Response:
     return await guarded(lambda: wake_and_answer(request, sandbox_id, resume_only=True))
+
+
+@router.put("/sandboxes/{sandbox_id}/network", dependencies=WRITES)
+async def update_network(sandbox_id: str, request: Request) -> Response:
+    """E2B's network update: replaces the egress rules, applied at once (live connections that
+    the new rules refuse are cut)."""
+
+    async def run() -> Response:
+        ws = workspace_of(request)
+        record = find(ws, sandbox_id)
+        egress = update_egress(await json_body(request), ws.sandboxes.policy_of(record))
+        await ws.sandboxes.set_network(
+            sandbox_id, mode=egress.mode, allow=egress.allow, deny=egress.deny
+        )
+        return Response(status_code=204)
+
+    return await guarded(run)

@@ -21,7 +21,6 @@ from corral.e2b.rest import (
     json_body,
     positive_int,
     require_api_key,
-    tokens_of,
     workspace_of,
 )
 from corral.service.errors import InvalidRequest
@@ -32,7 +31,7 @@ router = APIRouter(tags=["e2b"], dependencies=[Depends(require_api_key)], includ
 @router.post("/sandboxes/{sandbox_id}/fork", dependencies=WRITES)
 async def fork_sandbox(sandbox_id: str, request: Request) -> Response:
     async def run() -> Response:
-        ws, tokens = workspace_of(request), tokens_of(request)
+        ws = workspace_of(request)
         find(ws, sandbox_id)
         body = await json_body(request)
         count = positive_int(body, "count") or 1
@@ -41,7 +40,7 @@ async def fork_sandbox(sandbox_id: str, request: Request) -> Response:
         for record in await ws.lifecycle.fork(sandbox_id, count):
             if seconds is not None:
                 record = ws.sandboxes.set_timeout(record.id, seconds)
-            results.append({"sandbox": created_body(record, tokens)})
+            results.append({"sandbox": created_body(record, request)})
         return JSONResponse(results, status_code=201)
 
     return await guarded(run)

@@ -1,7 +1,9 @@
 """Per-sandbox envd access tokens and the signatures of E2B's signed file URLs.
 
 A sandbox's access token is ``HMAC-SHA256(secret, sandbox_id)``: nothing per sandbox is stored,
-and a token names exactly one sandbox. The secret is 32 random bytes in ``DATA/e2b.secret``
+and a token names exactly one sandbox. Its traffic access token (for its other ports, sent as
+``E2B-Traffic-Access-Token``) is ``HMAC-SHA256(secret, "traffic:" + sandbox_id)``: it opens the
+sandbox's ports but not envd. The secret is 32 random bytes in ``DATA/e2b.secret``
 (mode 0600), made at first use, so tokens survive a daemon restart.
 
 A signed URL carries ``signature=v1_<b64(sha256(path:operation:user:token[:expiration]))>``
@@ -61,6 +63,13 @@ class AccessTokens:
 
     def check(self, sandbox_id: str, presented: str | None) -> bool:
         return bool(presented) and hmac.compare_digest(self.token(sandbox_id), presented or "")
+
+    def traffic_token(self, sandbox_id: str) -> str:
+        return hmac.new(self.secret(), f"traffic:{sandbox_id}".encode(), hashlib.sha256).hexdigest()
+
+    def check_traffic(self, sandbox_id: str, presented: str | None) -> bool:
+        wanted = self.traffic_token(sandbox_id)
+        return bool(presented) and hmac.compare_digest(wanted, presented or "")
 
     def signature(
         self, sandbox_id: str, path: str, operation: str, user: str, expiration: int | None

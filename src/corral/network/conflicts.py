@@ -13,7 +13,7 @@ import ipaddress
 from pyroute2 import IPRoute
 
 from corral.network.base import NetworkFailure
-from corral.network.slots import SlotPlan
+from corral.network.slot_plan import SlotPlan
 
 
 def foreign_routes(prefix: str, subnet: str) -> list[str]:

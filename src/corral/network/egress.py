@@ -6,8 +6,9 @@ this table marks it (``ACCEPT_MARK``; marks never cross a namespace, so a sandbo
 
 - ``classify`` (prerouting, mangle): every packet the sandbox sends in the original direction of
   its connection is judged afresh, in the order of ``policy``'s docstring, and marked ``ACCEPT``
-  (forward it), ``PROXY`` (TCP 80/443 for host-name rules: redirect to the egress proxy) or not at
-  all. Judging every packet, not only new connections, is what makes a live change cut
+  (forward it), ``PROXY`` (TCP 80/443 for host-name rules, TCP 443 for a sandbox with brokered
+  secrets (``intercept``): redirect to the egress proxy) or not at all. Judging every packet,
+  not only new connections, is what makes a live change cut
   established connections at once: their next packet is refused;
 - ``redirect`` (nat prerouting): ``PROXY`` packets go to the proxy's port on the slot's side;
 - ``refuse`` (forward, before the slot ruleset): what is not ``ACCEPT`` is rejected (TCP with a
@@ -58,6 +59,7 @@ ACCEPT_MARK = 0x2B8E0001
 PROXY_MARK = 0x2B8E0002
 DNS_PORT = 53
 PROXIED_PORTS = (80, 443)
+BROKERED_PORTS = (443,)
 _PROTOCOLS = {socket.IPPROTO_TCP: "tcp", socket.IPPROTO_UDP: "udp"}
 
 
@@ -96,6 +98,7 @@ class SlotEgress:
     slot_address: str
     policy: EgressPolicy
     context: EgressContext = field(default_factory=lambda: EgressContext("10.200.0.0/16"))
+    intercept: bool = False  # the sandbox has brokered secrets: its TLS goes to the proxy
 
     @property
     def table_name(self) -> str:
@@ -120,8 +123,9 @@ class SlotEgress:
         if policy.mode.project:
             lines += [f"{match} {accept}" for match in _matches(EgressRule("project"), ctx)]
         lines.append(f"ip daddr {{ {', '.join(ctx.blocked())} }} return")
-        if policy.has_host_rules:
-            ports = ", ".join(str(port) for port in PROXIED_PORTS)
+        proxied = _proxied_ports(policy, self.intercept)
+        if proxied:
+            ports = ", ".join(str(port) for port in proxied)
             lines.append(f"tcp dport {{ {ports} }} meta mark set {PROXY_MARK:#010x} return")
         if policy.mode.internet:
             lines.append(f"meta mark set {ACCEPT_MARK:#010x}")
@@ -153,8 +157,19 @@ class SlotEgress:
         )
 
 
+def _proxied_ports(policy: EgressPolicy, intercept: bool) -> tuple[int, ...]:
+    if policy.has_host_rules:
+        return PROXIED_PORTS
+    return BROKERED_PORTS if intercept else ()
+
+
 def allows_forward(
-    policy: EgressPolicy, ctx: EgressContext, address: str, port: int | None, protocol: str | None
+    policy: EgressPolicy,
+    ctx: EgressContext,
+    address: str,
+    port: int | None,
+    protocol: str | None,
+    intercept: bool = False,
 ) -> bool:
     """Whether ``sbx_classify`` forwards a flow to ``address`` (``port``/``protocol`` None for
     anything but TCP and UDP) -- its mirror in Python, used to find the established flows a new
@@ -187,7 +202,7 @@ def allows_forward(
         return True
     if ctx.is_blocked(address):
         return False
-    if policy.has_host_rules and protocol == "tcp" and port in PROXIED_PORTS:
+    if protocol == "tcp" and port in _proxied_ports(policy, intercept):
         return False
     return policy.mode.internet
 
@@ -266,7 +281,9 @@ def _forget_forbidden_flows(egress: SlotEgress) -> int:
                     continue
                 protocol = _PROTOCOLS.get(orig.proto)
                 port = orig.dport if protocol else None
-                if allows_forward(egress.policy, egress.context, orig.daddr, port, protocol):
+                if allows_forward(
+                    egress.policy, egress.context, orig.daddr, port, protocol, egress.intercept
+                ):
                     continue
                 with contextlib.suppress(NetlinkError):  # gone meanwhile
                     conntrack.delete(entry)

@@ -16,10 +16,11 @@ So a direct IP, a forged SNI or ``Host`` and a shared CDN address the resolver g
 name do not get through. An allowed connection is spliced both ways as bytes, from a socket made
 in the slot namespace (it leaves like the sandbox's own egress): TLS is never terminated.
 
-Hook point: ``EgressHook.on_connect`` sees every allowed connection's first flight (an HTTP
-request head, or a ClientHello) and returns the bytes to send upstream in its place; the secrets
-issue adds header injection there (later requests on a kept-alive HTTP connection, and anything
-inside TLS, would need the hook to see the stream too).
+Hook points: ``EgressHook.on_connect`` sees every allowed connection's first flight (an HTTP
+request head, or a ClientHello) and returns the bytes to send upstream in its place. The
+credential broker (``broker/``, given as ``broker``) may claim an allowed TLS connection whose
+name one of the sandbox's secrets is bound to and whose address the sandbox's resolver answered
+for that name: it then terminates TLS on both sides (``Broker.serve``) instead of the splice.
 
 Bounds: the first flight within ``head_timeout``, the upstream connect within
 ``connect_timeout``; splicing reads at most ``chunk`` bytes at a time and waits for the other side
@@ -39,6 +40,7 @@ from typing import Protocol
 
 from corral.network import sniff
 from corral.network.base import INNER_GATEWAY, NetworkFailure
+from corral.network.broker.intercept import Broker
 from corral.network.namespaces import run_in_netns
 from corral.network.sandbox_egress import SandboxEgress
 
@@ -179,8 +181,10 @@ class EgressProxy:
         idle_timeout: float = 300.0,
         chunk: int = 262144,
         max_connections: int = 1024,
+        broker: Broker | None = None,
     ) -> None:
         self.hook: EgressHook = hook or PassThrough()
+        self.broker = broker
         self._head_timeout = head_timeout
         self._connect_timeout = connect_timeout
         self._idle_timeout = idle_timeout
@@ -273,16 +277,29 @@ class EgressProxy:
                 )
                 return
             conn.flow = Flow(sandbox.sandbox_id, name, address, port, tls)
-            head = await self.hook.on_connect(conn.flow, head)
+            broker = self.broker
+            intercept = (
+                broker is not None
+                and tls
+                and name is not None
+                and broker.claims(
+                    sandbox.sandbox_id, name, address, port, sandbox.names.answered(name, address)
+                )
+            )
+            if not intercept:
+                head = await self.hook.on_connect(conn.flow, head)
             conn.upstream = await listener.pool.take()
             await asyncio.wait_for(
                 asyncio.get_running_loop().sock_connect(conn.upstream, (address, port)),
                 self._connect_timeout,
             )
-            await asyncio.get_running_loop().sock_sendall(conn.upstream, head)
-            await asyncio.gather(
-                self._pipe(client, conn.upstream), self._pipe(conn.upstream, client)
-            )
+            if intercept and broker is not None and name is not None:
+                await broker.serve(sandbox.sandbox_id, name, client, conn.upstream, head)
+            else:
+                await asyncio.get_running_loop().sock_sendall(conn.upstream, head)
+                await asyncio.gather(
+                    self._pipe(client, conn.upstream), self._pipe(conn.upstream, client)
+                )
             finished = True
         except (OSError, TimeoutError, ValueError, NetworkFailure) as exc:
             log.info("sandbox %s: proxied connection ended: %s", sandbox.sandbox_id, exc)

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from corral.network import egress, slots
+from corral.network import egress, slot_plan, slots
 from corral.network.base import INNER_GATEWAY, Slot
+from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress
 from corral.network.policy import EgressPolicy, ProjectService
 from corral.network.proxy import EgressProxy
@@ -70,6 +71,8 @@ class EgressControl(Protocol):
 
     def set_services(self, services: tuple[ProjectService, ...]) -> None: ...
 
+    def set_broker(self, broker: Broker) -> None: ...
+
     async def close(self) -> None: ...
 
 
@@ -82,7 +85,8 @@ class _Attached:
 class SlotEgressControl:
     """The real ``EgressControl``. ``upstreams``: the resolvers the sandboxes' DNS is forwarded
     to. ``internet``: whether any sandbox may use an internet mode (then the daemon's namespace
-    forwards IPv4, once, at the first attach)."""
+    forwards IPv4, once, at the first attach). ``set_broker`` hands the proxy the credential
+    broker; a sandbox with brokered secrets then has its TLS egress sent through the proxy."""
 
     def __init__(
         self,
@@ -99,6 +103,16 @@ class SlotEgressControl:
         self._host_addresses: tuple[str, ...] | None = None
         self._services: tuple[ProjectService, ...] = ()
         self._start_lock = asyncio.Lock()
+        self._broker: Broker | None = None
+
+    def set_broker(self, broker: Broker) -> None:
+        """The credential broker, for sandboxes attached from now on."""
+        self._broker = broker
+        self._proxy.broker = broker
+
+    def _intercepts(self, sandbox_id: str) -> bool:
+        broker = self._broker
+        return broker is not None and bool(broker.source.injections(sandbox_id))
 
     def set_services(self, services: tuple[ProjectService, ...]) -> None:
         """The project's services, for sandboxes attached or updated from now on."""
@@ -117,11 +131,19 @@ class SlotEgressControl:
             proxy_port=PROXY_PORT,
         )
 
-    async def _apply(self, slot: Slot, policy: EgressPolicy, ctx: EgressContext) -> int:
+    async def _apply(
+        self, slot: Slot, policy: EgressPolicy, ctx: EgressContext, sandbox_id: str
+    ) -> int:
         plan = self._network.plan
         layout = plan.layout(slot.index)
         rules = SlotEgress(
-            plan.table, slots.UPLINK, slots.DOWNLINK, layout.slot_address, policy, ctx
+            plan.table,
+            slot_plan.UPLINK,
+            slot_plan.DOWNLINK,
+            layout.slot_address,
+            policy,
+            ctx,
+            intercept=self._intercepts(sandbox_id),
         )
         return await asyncio.to_thread(
             egress.apply_slot_egress, layout.slot_ns, rules, layout.host_side_address
@@ -131,7 +153,7 @@ class SlotEgressControl:
         self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None
     ) -> None:
         ctx = await self._context()
-        await self._apply(slot, policy, ctx)
+        await self._apply(slot, policy, ctx, sandbox_id)
         current = self._attached.get(sandbox_id)
         if current is not None and current.slot == slot:
             current.box.update(policy, ctx)
@@ -158,7 +180,7 @@ class SlotEgressControl:
             return 0
         ctx = await self._context()
         attached.box.update(policy, ctx)
-        cut = await self._apply(attached.slot, policy, ctx)
+        cut = await self._apply(attached.slot, policy, ctx, sandbox_id)
         return cut + self._proxy.recheck(sandbox_id)
 
     def names(self, sandbox_id: str) -> Names:
@@ -191,6 +213,10 @@ class FakeEgress:
     slots: dict[str, int] = field(default_factory=dict)
     saved: dict[str, Names] = field(default_factory=dict)
     services: tuple[ProjectService, ...] = ()
+    broker: Broker | None = None
+
+    def set_broker(self, broker: Broker) -> None:
+        self.broker = broker
 
     async def attach(
         self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None

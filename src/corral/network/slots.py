@@ -1,4 +1,6 @@
-"""Network slots on the real kernel: namespaces, veth pairs, addresses, routes and nftables.
+"""Network slots on the real kernel: the pool that leases, builds ahead, releases and reaps them.
+
+Addressing is ``slot_plan.py``; the kernel plumbing of one slot is ``slot_kernel.py``.
 
 Slot N of a network with prefix P and subnet S owns the N-th /30 of S (``A.1``, ``A.2``)::
 
@@ -23,131 +25,29 @@ fresh thread, then bind-mounted under ``/run/netns`` like ``ip netns add`` does)
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ipaddress
 import logging
-import os
-import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from functools import partial
-from hashlib import blake2s
 from typing import overload
 
 from pyroute2.netlink.exceptions import NetlinkError
 
 from corral.network import firewall
 from corral.network.base import (
-    INNER_ADDRESS,
-    INNER_GATEWAY,
-    INNER_PREFIX,
     NetworkFailure,
     NoFreeSlot,
     Slot,
 )
 from corral.network.namespaces import (
-    NETNS_DIR,
-    add_veth,
-    delete_links,
     describe,
-    ensure_address,
     list_netns,
-    netns_path,
     open_ipr,
-    remove_netns,
     run_in_netns,
-    run_in_new_netns,
-    set_up,
-    step,
-    write_sysctl,
 )
+from corral.network.slot_kernel import configure_inner, ensure_slot, teardown
+from corral.network.slot_plan import SlotLayout, SlotPlan, indices
 
-__all__ = ["SlotLayout", "SlotNetwork", "SlotPlan"]
+__all__ = ["SlotNetwork"]
 
 log = logging.getLogger(__name__)
-
-UPLINK = "to-host"  # in the slot ns: the end of the veth whose other end is the host veth
-DOWNLINK = "to-sbx"  # in the slot ns: the end of the veth whose other end is the sandbox's eth0
-SANDBOX_IF = "eth0"
-SLOT_PREFIXLEN = 30
-_IFNAMSIZ = 15
-_PREFIX = re.compile(r"^[a-z][a-z0-9]{0,31}$")
-
-
-@dataclass(frozen=True)
-class SlotLayout:
-    """Names and addresses of one slot (pure data)."""
-
-    index: int
-    slot_ns: str
-    sandbox_ns: str
-    host_veth: str
-    host_side_address: str  # on host_veth, in the daemon's namespace
-    slot_address: str  # on the uplink in the slot ns; what the host connects to
-
-    @property
-    def sandbox_ns_path(self) -> str:
-        return f"{NETNS_DIR}/{self.sandbox_ns}"
-
-    @property
-    def slot_ns_path(self) -> str:
-        return f"{NETNS_DIR}/{self.slot_ns}"
-
-
-class SlotPlan:
-    """How a prefix and a subnet map slot indices to names and addresses, and back.
-
-    The host veth of slot N is ``{tag}-{N}h``. ``tag`` is the prefix itself when it is short
-    enough, else its first two characters plus hex digits of its hash; prefixes are lowercase
-    alphanumeric, so ``{tag}-`` never starts the veth name of another prefix.
-    """
-
-    def __init__(self, prefix: str, subnet: str) -> None:
-        if not _PREFIX.match(prefix):
-            raise ValueError(f"network prefix {prefix!r} must match {_PREFIX.pattern}")
-        network = ipaddress.ip_network(subnet)
-        if not isinstance(network, ipaddress.IPv4Network) or network.prefixlen > SLOT_PREFIXLEN:
-            raise ValueError(f"slot subnet {subnet!r} must be IPv4 and at least a /30")
-        self.prefix = prefix
-        self.subnet = network
-        self.capacity = network.num_addresses // 4
-        width = len(str(self.capacity - 1))
-        room = _IFNAMSIZ - len("-") - width - len("h")
-        if room < 4:
-            raise ValueError(f"slot subnet {subnet!r} has too many slots for interface names")
-        if len(prefix) <= room:
-            self.tag = prefix
-        else:
-            self.tag = prefix[:2] + blake2s(prefix.encode()).hexdigest()[: room - 2]
-        self._netns_re = re.compile(rf"^{prefix}-(?:slot|sbx)-(\d+)$")
-        self._veth_re = re.compile(rf"^{self.tag}-(\d+)h$")
-
-    @property
-    def table(self) -> str:
-        return self.prefix
-
-    @property
-    def veth_pattern(self) -> str:
-        return f"{self.tag}-*"
-
-    def layout(self, index: int) -> SlotLayout:
-        if not 0 <= index < self.capacity:
-            raise NetworkFailure(f"slot {index} is outside 0..{self.capacity - 1}")
-        base = self.subnet.network_address + 4 * index
-        return SlotLayout(
-            index=index,
-            slot_ns=f"{self.prefix}-slot-{index}",
-            sandbox_ns=f"{self.prefix}-sbx-{index}",
-            host_veth=f"{self.tag}-{index}h",
-            host_side_address=str(base + 1),
-            slot_address=str(base + 2),
-        )
-
-    def index_of_netns(self, name: str) -> int | None:
-        return _match_index(self._netns_re, name)
-
-    def index_of_veth(self, name: str) -> int | None:
-        return _match_index(self._veth_re, name)
 
 
 class SlotNetwork:
@@ -247,7 +147,7 @@ class SlotNetwork:
             self._busy.update(spares)
         try:
             for index in spares:
-                await asyncio.to_thread(_teardown, self._plan.layout(index))
+                await asyncio.to_thread(teardown, self._plan.layout(index))
                 self._known.discard(index)
         finally:
             async with self._lock:
@@ -299,7 +199,7 @@ class SlotNetwork:
                 return slot
             self._busy.add(index)
         try:
-            await asyncio.to_thread(_teardown, layout)
+            await asyncio.to_thread(teardown, layout)
             self._known.discard(index)
         finally:
             async with self._lock:
@@ -311,7 +211,7 @@ class SlotNetwork:
             self._check_leased(slot)
         layout = self._plan.layout(slot.index)
         try:
-            await asyncio.to_thread(run_in_netns, layout.sandbox_ns, _configure_inner)
+            await asyncio.to_thread(run_in_netns, layout.sandbox_ns, configure_inner)
         except NetworkFailure as exc:
             raise NetworkFailure(f"preparing slot {slot.index}: {exc}") from exc
         except (NetlinkError, OSError) as exc:
@@ -323,7 +223,7 @@ class SlotNetwork:
             del self._leased[slot.index]
             self._busy.add(slot.index)
         try:
-            await asyncio.to_thread(_teardown, self._plan.layout(slot.index))
+            await asyncio.to_thread(teardown, self._plan.layout(slot.index))
             self._known.discard(slot.index)
         finally:
             async with self._lock:
@@ -340,7 +240,7 @@ class SlotNetwork:
         failures: list[str] = []
         for index in leftovers:
             try:
-                await asyncio.to_thread(_teardown, self._plan.layout(index))
+                await asyncio.to_thread(teardown, self._plan.layout(index))
             except NetworkFailure as exc:
                 failures.append(str(exc))
         try:
@@ -360,7 +260,7 @@ class SlotNetwork:
             self._busy.update(stale)
         try:
             for index in stale:
-                await asyncio.to_thread(_teardown, self._plan.layout(index))
+                await asyncio.to_thread(teardown, self._plan.layout(index))
                 self._known.discard(index)
         finally:
             async with self._lock:
@@ -378,7 +278,7 @@ class SlotNetwork:
             raise NetworkFailure(f"slot {slot.index} is not leased")
 
     def _pick_free_index(self) -> int:
-        on_host = self._netns_indices()
+        on_host = self._netnsindices()
         for index in range(self._plan.capacity):
             if (
                 index not in self._leased
@@ -390,18 +290,18 @@ class SlotNetwork:
         raise NoFreeSlot(f"all {self._plan.capacity} slots of {self._plan.prefix!r} are in use")
 
     def _exists(self, index: int) -> bool:
-        return index in self._netns_indices()
+        return index in self._netnsindices()
 
-    def _netns_indices(self) -> set[int]:
+    def _netnsindices(self) -> set[int]:
         # Listing a tmpfs directory is quick enough to do on the event loop.
-        return _indices(self._plan.index_of_netns, list_netns())
+        return indices(self._plan.index_of_netns, list_netns())
 
     # -- blocking work (in worker threads) -----------------------------------------------------
 
     def _indices_on_host(self) -> set[int]:
         with open_ipr("listing host links") as ipr:
             links = [link.get("ifname") for link in ipr.link("dump")]
-        return self._netns_indices() | _indices(self._plan.index_of_veth, links)
+        return self._netnsindices() | indices(self._plan.index_of_veth, links)
 
     def _commit_host_rules(self) -> None:
         rules = firewall.HostRules(
@@ -419,120 +319,13 @@ class SlotNetwork:
         """Create whatever of the slot is missing; adoption leaves existing pieces untouched."""
         verb = "adopting" if adopt else "setting up"
         try:
-            _ensure_slot(layout, self._plan.table, adopt)
+            ensure_slot(layout, self._plan.table, adopt)
         except Exception as exc:
             if not adopt:
                 try:
-                    _teardown(layout)
+                    teardown(layout)
                 except NetworkFailure as cleanup:
                     log.warning("cleaning up after failed set-up: %s", cleanup)
             if isinstance(exc, NetworkFailure):
                 raise NetworkFailure(f"{verb} slot {layout.index}: {exc}") from exc
             raise NetworkFailure(f"{verb} slot {layout.index}: {describe(exc)}") from exc
-
-
-# -- slot construction and teardown (blocking; run in a worker thread of the daemon's namespace) --
-
-
-def _ensure_slot(layout: SlotLayout, table: str, adopt: bool) -> None:
-    existing = list_netns()
-    with open_ipr("configuring the host side") as host:
-        if layout.slot_ns not in existing:
-            # Without its slot ns, a veth named like ours is a crash leftover that would block
-            # the new one.
-            delete_links(host, [layout.host_veth])
-        if layout.sandbox_ns not in existing:
-            run_in_new_netns(layout.sandbox_ns, lambda: None)
-        daemon_ns = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        try:
-            sandbox_ns = os.open(netns_path(layout.sandbox_ns), os.O_RDONLY)
-            try:
-                wire = partial(_wire_slot_ns, layout, table, daemon_ns, sandbox_ns)
-                if layout.slot_ns in existing:
-                    made_eth0 = run_in_netns(layout.slot_ns, wire)
-                else:
-                    made_eth0 = run_in_new_netns(layout.slot_ns, wire)
-            finally:
-                os.close(sandbox_ns)
-        finally:
-            os.close(daemon_ns)
-        # Nothing uses IPv6 on the link; without it the veth skips link-local set-up and chatter.
-        with contextlib.suppress(FileNotFoundError):
-            write_sysctl(f"net/ipv6/conf/{layout.host_veth}/disable_ipv6", "1")
-        set_up(host, layout.host_veth)
-        ensure_address(host, layout.host_veth, layout.host_side_address, SLOT_PREFIXLEN)
-    if made_eth0 or not adopt:
-        # A sandbox that already runs owns its eth0 (gVisor strips it): adoption must not touch
-        # it; ``prepare`` gives it its address before the next start or restore.
-        run_in_netns(layout.sandbox_ns, _configure_inner)
-
-
-def _wire_slot_ns(layout: SlotLayout, table: str, daemon_ns: int, sandbox_ns: int) -> bool:
-    """In the slot ns: firewall, forwarding, both veth pairs and their addresses. Returns
-    whether the sandbox's eth0 was created (the sandbox ns then needs configuring too)."""
-    # The firewall goes first: no packet crosses the slot before its policy is in place.
-    if not firewall.has_table(table):
-        rules = firewall.SlotRules(
-            table=table, uplink=UPLINK, downlink=DOWNLINK, host_address=layout.slot_address
-        )
-        firewall.commit(rules.render(), f"slot {layout.index}")
-    write_sysctl("net/ipv4/ip_forward", "1")
-    made_eth0 = False
-    with open_ipr("configuring the slot namespace") as ipr:
-        set_up(ipr, "lo")
-        if not ipr.link_lookup(ifname=UPLINK):
-            add_veth(ipr, UPLINK, layout.host_veth, daemon_ns)
-        if not ipr.link_lookup(ifname=DOWNLINK):
-            add_veth(ipr, DOWNLINK, SANDBOX_IF, sandbox_ns)
-            made_eth0 = True
-        set_up(ipr, UPLINK)
-        ensure_address(ipr, UPLINK, layout.slot_address, SLOT_PREFIXLEN)
-        set_up(ipr, DOWNLINK)
-        ensure_address(ipr, DOWNLINK, INNER_GATEWAY, INNER_PREFIX)
-    return made_eth0
-
-
-def _configure_inner() -> None:
-    """In the sandbox ns: eth0 up with the inner address and the default route."""
-    with open_ipr("configuring the sandbox namespace") as ipr:
-        set_up(ipr, "lo")
-        set_up(ipr, SANDBOX_IF)
-        index = ensure_address(ipr, SANDBOX_IF, INNER_ADDRESS, INNER_PREFIX)
-        step(
-            "adding the default route",
-            lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=INNER_GATEWAY, oif=index),
-        )
-
-
-def _teardown(layout: SlotLayout) -> None:
-    """Remove the slot whatever state it is in.
-
-    Only the host veth is deleted explicitly: namespace deletion is asynchronous, and a host veth
-    that outlived it would block the next slot with its name. The other veth pair lives only in
-    the slot's own namespaces and goes with them (deleting a veth costs ~15 ms of RCU wait).
-    """
-    failures: list[str] = []
-    try:
-        with open_ipr("deleting the host veth") as host:
-            delete_links(host, [layout.host_veth])
-    except NetworkFailure as exc:
-        failures.append(str(exc))
-    for name in (layout.slot_ns, layout.sandbox_ns):
-        try:
-            remove_netns(name)
-        except OSError as exc:
-            failures.append(f"deleting namespace {name}: {describe(exc)}")
-    if failures:
-        raise NetworkFailure(f"tearing down slot {layout.index}: " + "; ".join(failures))
-
-
-# -- small helpers -------------------------------------------------------------------------------
-
-
-def _match_index(pattern: re.Pattern[str], name: str) -> int | None:
-    match = pattern.match(name)
-    return int(match.group(1)) if match else None
-
-
-def _indices(index_of: Callable[[str], int | None], names: Iterable[str]) -> set[int]:
-    return {index for name in names if (index := index_of(name)) is not None}

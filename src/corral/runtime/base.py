@@ -102,6 +102,16 @@ class RuntimeInfo:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What a running sandbox has used on the host: CPU time since it started, and memory now
+    (``cache_bytes``: the part of ``memory_bytes`` that is file cache)."""
+
+    cpu_seconds: float
+    memory_bytes: int
+    cache_bytes: int = 0
+
+
 class Runtime(Protocol):
     """An isolation engine. All methods are safe to call concurrently for different sandboxes;
     the service serializes calls for one sandbox."""
@@ -155,4 +165,8 @@ class Runtime(Protocol):
 
     async def disk_usage_mib(self, sandbox_id: str) -> int:
         """MiB used on the host by the sandbox's writable layer."""
+        ...
+
+    async def usage(self, sandbox_id: str) -> Usage | None:
+        """CPU and memory the running sandbox uses on the host; None when it is not running."""
         ...

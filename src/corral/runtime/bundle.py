@@ -5,21 +5,38 @@ process is the injected agent (cwd ``/``, root, Docker's default capabilities le
 root is the template's shared rootfs, marked writable because runsc puts its own overlay over it
 (``--overlay2=all:dir=...``) and never writes the template itself.
 
-``/tmp`` is a bind mount of an empty host directory (``tmp_source``): runsc overlays it like the
-root, so its writes land in the sandbox's disk-backed filestore and count against its disk, and
-gVisor does not mount its memory-backed tmpfs there (it does so only when the spec has no ``/tmp``).
+Restored from an image taken before the sized root (below) existed, ``/tmp`` is a bind mount of
+an empty host directory (``tmp_source``): runsc overlays it like the root, so its writes land in
+the sandbox's disk-backed filestore, and gVisor does not mount its memory-backed tmpfs there (it
+does so only when the spec has no ``/tmp``). On the sized root ``/tmp`` is a directory of it.
+
+The sized root (``DiskRoot``): gVisor's overlay layers have no size, so ``df /`` would say 8.0E.
+A bind mount at ``DISK_ROOT_PATH`` carries gVisor mount-hint annotations (``type=tmpfs``,
+``share=container``, ``size=``) that make it a tmpfs of the sandbox's disk size whose pages live in
+a file runsc creates in the mount's source dir, on the sandbox's ext4 disk. The agent, told the
+path by ``CORRAL_AGENT_DISK_ROOT`` and granted CAP_SYS_ADMIN for it alone, overlays the root
+with that tmpfs on top and pivots into it, then drops the capability (``agent/disk_root.py``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .base import SandboxSpec
 
-__all__ = ["CPU_PERIOD_US", "DEFAULT_PATH", "NOFILE_LIMIT", "render_config", "write_config"]
+__all__ = [
+    "CPU_PERIOD_US",
+    "DEFAULT_PATH",
+    "DISK_ROOT_PATH",
+    "NOFILE_LIMIT",
+    "DiskRoot",
+    "render_config",
+    "write_config",
+]
 
 CPU_PERIOD_US = 100_000
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -47,6 +64,19 @@ _CAPABILITIES = [
     "CAP_KILL",
     "CAP_AUDIT_WRITE",
 ]
+
+# Where the sized tmpfs is mounted for the agent to move the root onto (gone from view after).
+DISK_ROOT_PATH = "/.corral/disk"
+_DISK_HINT = "dev.gvisor.spec.mount.corral-disk."
+
+
+@dataclass(frozen=True)
+class DiskRoot:
+    """The sized root: ``size_mib`` of tmpfs whose pages runsc keeps in a file in ``store``."""
+
+    store: Path
+    size_mib: int
+
 
 _BASE_MOUNTS: list[dict[str, Any]] = [
     {"destination": "/proc", "type": "proc", "source": "proc"},
@@ -77,9 +107,11 @@ _BASE_MOUNTS: list[dict[str, Any]] = [
 ]
 
 
-def _environment(spec: SandboxSpec) -> list[str]:
+def _environment(spec: SandboxSpec, disk_root: DiskRoot | None) -> list[str]:
     env = {"PATH": DEFAULT_PATH, "HOME": "/root", "HOSTNAME": spec.hostname}
     env.update(dict(spec.agent.env))
+    if disk_root is not None:
+        env["CORRAL_AGENT_DISK_ROOT"] = DISK_ROOT_PATH
     return [f"{k}={v}" for k, v in env.items()]
 
 
@@ -108,6 +140,24 @@ def _tmp_mount(source: str) -> dict[str, Any]:
     }
 
 
+def _disk_root_mount(disk_root: DiskRoot) -> dict[str, Any]:
+    return {
+        "destination": DISK_ROOT_PATH,
+        "type": "bind",
+        "source": str(disk_root.store),
+        "options": ["rbind", "rw"],
+    }
+
+
+def _disk_root_hint(disk_root: DiskRoot) -> dict[str, str]:
+    return {
+        _DISK_HINT + "source": str(disk_root.store),
+        _DISK_HINT + "type": "tmpfs",
+        _DISK_HINT + "share": "container",
+        _DISK_HINT + "options": f"rw,size={disk_root.size_mib}m",
+    }
+
+
 def _resolv_mount(source: str) -> dict[str, Any]:
     return {
         "destination": "/etc/resolv.conf",
@@ -123,11 +173,14 @@ def render_config(
     cgroups_path: str,
     tmp_source: str | None = None,
     cpuset: str | None = None,
+    disk_root: DiskRoot | None = None,
 ) -> dict[str, Any]:
     """The OCI ``config.json`` for ``spec``'s container, whose cgroups live at ``cgroups_path``.
 
     ``tmp_source`` is the empty host dir mounted (overlaid) at ``/tmp``; ``cpuset`` the host
-    CPUs the sandbox may run on (``"0"``, ``"0-1"``), None for all."""
+    CPUs the sandbox may run on (``"0"``, ``"0-1"``), None for all; ``disk_root`` the sized root
+    the agent moves onto (None: it stays on the image's root)."""
+    capabilities = [*_CAPABILITIES, *(["CAP_SYS_ADMIN"] if disk_root is not None else [])]
     network: dict[str, str] = {"type": "network"}
     if spec.netns_path:
         network["path"] = spec.netns_path
@@ -146,10 +199,10 @@ def render_config(
             "terminal": False,
             "user": {"uid": 0, "gid": 0},
             "args": list(spec.agent.argv),
-            "env": _environment(spec),
+            "env": _environment(spec, disk_root),
             "cwd": "/",
             "capabilities": {
-                kind: list(_CAPABILITIES) for kind in ("bounding", "effective", "permitted")
+                kind: list(capabilities) for kind in ("bounding", "effective", "permitted")
             },
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": NOFILE_LIMIT, "soft": NOFILE_LIMIT}],
         },
@@ -158,10 +211,14 @@ def render_config(
         "mounts": [
             *_BASE_MOUNTS,
             *([_tmp_mount(tmp_source)] if tmp_source else []),
+            *([_disk_root_mount(disk_root)] if disk_root is not None else []),
             *agent_mounts,
             *([_resolv_mount(spec.resolv_conf)] if spec.resolv_conf else []),
         ],
-        "annotations": dict(spec.annotations),
+        "annotations": {
+            **dict(spec.annotations),
+            **(_disk_root_hint(disk_root) if disk_root is not None else {}),
+        },
         "linux": {
             "namespaces": [
                 {"type": "pid"},

@@ -2,8 +2,8 @@
 
 Every runsc container gets ``cgroupsPath = /<parent>/<container id>`` in its OCI spec; runsc
 creates the cgroup in each controller (v1) or the unified tree (v2) and removes it on
-``delete``. This module only reads OOM counters and removes leftovers that runsc did not
-(a crashed daemon, a failed start).
+``delete``. This module only reads OOM counters and resource usage, and removes leftovers that
+runsc did not (a crashed daemon, a failed start).
 """
 
 from __future__ import annotations
@@ -11,7 +11,29 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from .base import Usage
+
 __all__ = ["SandboxCgroups"]
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stat_value(path: Path, key: str) -> int | None:
+    """The value of ``key`` in a flat ``name value`` stat file (memory.stat, cpu.stat)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 class SandboxCgroups:
@@ -50,6 +72,23 @@ class SandboxCgroups:
             if name == key:
                 return int(value)
         return 0
+
+    def usage(self, container_id: str) -> Usage | None:
+        """CPU time and memory the container's cgroup has charged; None when it has none."""
+        rel = Path(self.parent) / container_id
+        if self.unified:
+            here = self.root / rel
+            cpu_usec = _stat_value(here / "cpu.stat", "usage_usec")
+            memory = _read_int(here / "memory.current")
+            cache = _stat_value(here / "memory.stat", "file")
+            cpu_ns = None if cpu_usec is None else cpu_usec * 1000
+        else:
+            cpu_ns = _read_int(self.root / "cpuacct" / rel / "cpuacct.usage")
+            memory = _read_int(self.root / "memory" / rel / "memory.usage_in_bytes")
+            cache = _stat_value(self.root / "memory" / rel / "memory.stat", "total_cache")
+        if cpu_ns is None or memory is None:
+            return None
+        return Usage(cpu_seconds=cpu_ns / 1e9, memory_bytes=memory, cache_bytes=cache or 0)
 
     def prepare_cpuset(self) -> None:
         """Give the parent cgroup (v1) the host's CPUs and memory nodes if it has none yet: a new

@@ -1,10 +1,12 @@
 """The size-limited writable disk of a sandbox: a sparse ext4 image, loop-mounted on the host.
 
 runsc is given ``--overlay2=all:dir=<mount point>``: the copy-on-write layers over the shared
-read-only template rootfs and over ``/tmp`` are backed by files that runsc creates in that
-directory, so they are bounded by the ext4 size (a write past it fails with ENOSPC inside the
-sandbox) and the template is never written. Mounting with ``-o loop`` lets the kernel free the
-loop device on unmount (autoclear), so there is no loop device to track.
+read-only template rootfs are backed by files that runsc creates in that directory, and so is the
+sized root the agent moves onto (``bundle.py``, in ``root/``): everything the sandbox writes is
+bounded by the ext4 size and the template is never written. The image is made a little larger than
+the sandbox's disk (``gvisor.disk_headroom_mib``) so that the sized root, exactly the disk, fills
+first. No blocks are reserved for root: the whole disk is the sandbox's. Mounting with ``-o loop``
+lets the kernel free the loop device on unmount (autoclear), so there is no loop device to track.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ async def create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
         with open(image, "wb") as fh:
             fh.truncate(size_mib * _MIB)
         await run_command(
-            ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1", str(image)]
+            [
+                *("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal"),
+                *("-E", "lazy_itable_init=1", str(image)),
+            ]
         )
         await run_command(["mount", "-o", "loop,noatime", str(image), str(mount_point)])
     except (OSError, CommandError) as exc:

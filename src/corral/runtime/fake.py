@@ -16,11 +16,11 @@ nothing behind, like the real runtime), ``crash`` (the init exits, optionally OO
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec
+from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec, Usage
 
 __all__ = ["FakeRuntime", "FakeSandbox"]
 
@@ -46,6 +46,7 @@ class FakeSandbox:
     detail: str = ""
     disk_used_mib: int = 0
     restored_from: Path | None = None
+    usage: Usage = field(default_factory=lambda: Usage(cpu_seconds=0.0, memory_bytes=0))
 
 
 class FakeRuntime:
@@ -75,6 +76,9 @@ class FakeRuntime:
 
     def set_disk_usage(self, sandbox_id: str, mib: int) -> None:
         self.sandboxes[sandbox_id].disk_used_mib = mib
+
+    def set_usage(self, sandbox_id: str, usage: Usage) -> None:
+        self.sandboxes[sandbox_id].usage = usage
 
     # -- the Runtime protocol ------------------------------------------------------------------
 
@@ -164,6 +168,10 @@ class FakeRuntime:
     async def disk_usage_mib(self, sandbox_id: str) -> int:
         sbx = self.sandboxes.get(sandbox_id)
         return sbx.disk_used_mib if sbx else 0
+
+    async def usage(self, sandbox_id: str) -> Usage | None:
+        sbx = self.sandboxes.get(sandbox_id)
+        return sbx.usage if sbx and sbx.status is RuntimeStatus.RUNNING else None
 
 
 if TYPE_CHECKING:

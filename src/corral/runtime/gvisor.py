@@ -1,10 +1,10 @@
 """The gVisor runtime: sandboxes as runsc containers over a shared read-only template rootfs.
 
-One sandbox = one runsc container at a time (a new one, a new *generation*, after every restore),
-a loop-mounted ext4 disk backing gVisor's root overlay, and cgroups made by runsc from the OCI
-spec. Host layout and the state record: ``layout.py``; spec rendering: ``bundle.py``; the disk:
-``disk.py``; the bounded console log: ``console.py``; the runsc command line: ``runsc.py``; agent
-injection: ``inject.py``.
+One sandbox = one runsc container at a time (a new one, a new *generation*, after every restore), a
+loop-mounted ext4 disk backing gVisor's root overlay and the sized root the agent moves onto (so
+``df /`` shows the disk), and cgroups made by runsc from the OCI spec. Host layout and the state
+record: ``layout.py``; spec rendering: ``bundle.py``; the disk: ``disk.py``; the bounded console
+log: ``console.py``; the runsc command line: ``runsc.py``; agent injection: ``inject.py``.
 
 Locking: none inside. The service serializes calls for one sandbox; calls for different sandboxes
 touch disjoint files (runsc locks its own state).
@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec
-from .bundle import render_config, write_config
+from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec, Usage
+from .bundle import DiskRoot, render_config, write_config
 from .cgroups import SandboxCgroups
 from .console import ConsoleError, mount_console, trim_console, unmount_console
 from .disk import DiskError, create_disk, disk_used_mib, remove_disk
@@ -49,6 +49,10 @@ _MAX_SOCKET_PATH = 107
 # In a checkpoint image: its sandbox had /tmp on its disk (an overlaid bind mount). Images
 # without it (older ones) restore into the layout they were taken in, /tmp as gVisor's tmpfs.
 TMP_ON_DISK_MARKER = "corral-tmp-on-disk"
+# In a checkpoint image: its sandbox ran on a sized root of the MiB this file holds. Its size is
+# in the image's memory, so it restores only into a disk of that size; images without it restore
+# onto the image's root, as they were taken.
+DISK_ROOT_MARKER = "corral-disk-root"
 _FAILURES = (RunscError, DiskError, ConsoleError, CommandError, OSError, ValueError)
 
 
@@ -157,6 +161,12 @@ class GVisorRuntime:
             return 0
         return disk_used_mib(paths.disk_mount(record.generation))
 
+    async def usage(self, sandbox_id: str) -> Usage | None:
+        record = self.paths(sandbox_id).load()
+        if record is None or record.checkpointed:
+            return None
+        return self._cgroups.usage(record.current_container)
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self, spec: SandboxSpec) -> None:
@@ -216,6 +226,8 @@ class GVisorRuntime:
             await self._runsc.checkpoint(cid, image_dir, leave_running=leave_running)
             if paths.tmp_lower.is_dir():
                 (image_dir / TMP_ON_DISK_MARKER).touch()
+            if record.disk_root_mib is not None:
+                (image_dir / DISK_ROOT_MARKER).write_text(f"{record.disk_root_mib}\n")
             await asyncio.to_thread(_fsync_tree, image_dir)
         except _FAILURES as exc:
             raise RuntimeFailure(f"{verb}: {exc}") from exc
@@ -288,7 +300,11 @@ class GVisorRuntime:
             ()
             if spec.writable_root
             else (
-                create_disk(paths.disk_image(gen), paths.disk_mount(gen), spec.resources.disk_mib),
+                create_disk(
+                    paths.disk_image(gen),
+                    paths.disk_mount(gen),
+                    spec.resources.disk_mib + disk_headroom_mib(spec.resources.disk_mib),
+                ),
             )
         )
         await asyncio.gather(*disk, *cleanup)
@@ -297,9 +313,20 @@ class GVisorRuntime:
                 await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
         record.container_ids = [cid]
         paths.save(record)
-        # A build's writable root takes /tmp writes itself; an older image keeps its layout.
-        tmp_on_disk = not spec.writable_root and (
-            image_dir is None or (image_dir / TMP_ON_DISK_MARKER).is_file()
+        # The sized root holds /tmp like every other path. Without it (a build's writable root
+        # takes its writes itself; an older image keeps the layout it was taken in) /tmp is an
+        # overlaid bind mount whose writes land on the disk.
+        disk_root = None
+        if not spec.writable_root and _wants_disk_root(image_dir, spec.resources.disk_mib):
+            disk_root = DiskRoot(paths.disk_root_store(gen), spec.resources.disk_mib)
+            disk_root.store.mkdir(mode=0o700)
+        record.disk_root_mib = disk_root.size_mib if disk_root else None
+        paths.save(record)
+        tmp_on_disk = (
+            not spec.writable_root
+            and disk_root is None
+            and image_dir is not None
+            and (image_dir / TMP_ON_DISK_MARKER).is_file()
         )
         tmp_source = None
         if tmp_on_disk:
@@ -316,6 +343,7 @@ class GVisorRuntime:
             cgroups_path=self._cgroups.path_for(cid),
             tmp_source=tmp_source,
             cpuset=cpuset,
+            disk_root=disk_root,
         )
         write_config(paths.bundle, config)
         network = NetworkMode(spec.netns_path)
@@ -403,6 +431,29 @@ class GVisorRuntime:
             await action(record.current_container)
         except RunscError as exc:
             raise RuntimeFailure(f"{verb} sandbox {sandbox_id}: {exc}") from exc
+
+
+def _wants_disk_root(image_dir: Path | None, disk_mib: int) -> bool:
+    """Whether a generation runs on the sized root: new sandboxes do; a restore does as its image
+    was taken, and only into a disk of the size it was taken with (its memory holds that size)."""
+    if image_dir is None:
+        return True
+    marker = image_dir / DISK_ROOT_MARKER
+    if not marker.is_file():
+        return False
+    taken = int(marker.read_text().strip() or 0)
+    if taken != disk_mib:
+        raise ValueError(
+            f"the memory image in {image_dir} was taken on a {taken} MiB disk and restores only "
+            f"into a disk of that size (asked for {disk_mib} MiB)"
+        )
+    return True
+
+
+def disk_headroom_mib(disk_mib: int) -> int:
+    """ext4 space beyond the sandbox's disk: the file system's own metadata and the image root's
+    few writes, so that the sized root (exactly ``disk_mib``) fills before the ext4 does."""
+    return 16 + disk_mib // 32
 
 
 def memory_headroom_mib(memory_mib: int) -> int:

@@ -7,9 +7,10 @@
         bundle/config.json  the OCI spec of the current generation
         disk-NNNN.img       the sparse ext4 image of generation NNNN
         disk-NNNN/          its mount point, given to runsc as the overlay's backing dir
+            root/           backs the sized tmpfs the agent moves the root onto (``bundle.py``)
         console/            a small tmpfs of its own (bounds the log; ``console.py``)
             console.log     the agent's stdout/stderr and runsc's own errors (O_APPEND)
-        tmp/                empty forever (mode 1777): the lower layer of the sandbox's /tmp
+        tmp/                empty forever (mode 1777): the lower layer of /tmp (older images only)
     /run/corral/<key>/      runsc's --root (state files, sockets; short: sun_path is 107 bytes)
     <root_dir>/.debug/      runsc debug logs when debugging is on
 
@@ -53,12 +54,15 @@ class SandboxRecord:
     generation's last; it is written *before* runsc is asked to make a container, so a crash never
     leaves a container nobody knows of. ``checkpointed`` is set once a checkpoint without
     ``leave_running`` has stopped the sandbox (its container and disk are gone then).
+    ``disk_root_mib`` is the size of the sized root the current generation runs on (None: the
+    image's root, as builds and sandboxes restored from older images have).
     """
 
     sandbox_id: str
     generation: int
     container_ids: list[str] = field(default_factory=list)
     checkpointed: bool = False
+    disk_root_mib: int | None = None
 
     @property
     def current_container(self) -> str:
@@ -88,7 +92,8 @@ class SandboxPaths:
 
     @property
     def tmp_lower(self) -> Path:
-        """The empty dir bind-mounted at ``/tmp``; runsc's overlay takes every write to it."""
+        """The empty dir bind-mounted at ``/tmp`` of a sandbox restored from an image taken before
+        the sized root; runsc's overlay takes every write to it."""
         return self.dir / "tmp"
 
     @property
@@ -100,6 +105,10 @@ class SandboxPaths:
 
     def disk_mount(self, generation: int) -> Path:
         return self.dir / f"disk-{generation:04d}"
+
+    def disk_root_store(self, generation: int) -> Path:
+        """Where runsc keeps the pages of the sized root of generation ``generation``."""
+        return self.disk_mount(generation) / "root"
 
     def disk_generations(self) -> list[int]:
         """Generations that have a disk image or mount point in the sandbox dir."""

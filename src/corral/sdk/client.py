@@ -23,6 +23,8 @@ from corral.sdk.models import (
     ProjectServiceInfo,
     SandboxInfo,
     SandboxOptions,
+    SecretAuditEntry,
+    SecretInfo,
     SnapshotInfo,
     TemplateInfo,
     TrustedKey,
@@ -77,6 +79,12 @@ class AsyncClient:
 
     async def capacity(self) -> Capacity:
         return Capacity.from_wire(await self.session.json("GET", "/v1/capacity"))
+
+    async def console_login_link(self) -> str:
+        """A link that logs a browser into the web console once, as this client's key (and
+        role), within a couple of minutes."""
+        answer = await self.session.json("POST", "/v1/console/login-tokens")
+        return self.url.rstrip("/") + str(answer["path"])
 
     async def templates(self) -> list[TemplateInfo]:
         answer = await self.session.json("GET", "/v1/templates")
@@ -253,6 +261,73 @@ class AsyncClient:
 
     async def remove_service(self, name: str) -> None:
         await self.session.request("DELETE", f"/v1/services/{quote(name, safe='')}")
+
+    # -- brokered secrets (admin; docs/secrets.md) ---------------------------------------------
+
+    async def secrets(self) -> list[SecretInfo]:
+        """The workspace's secrets: names, presets, hosts, last use; never values."""
+        answer = await self.session.json("GET", "/v1/secrets")
+        return [SecretInfo.from_wire(item) for item in answer.get("secrets", [])]
+
+    async def set_secret(
+        self,
+        name: str,
+        value: str,
+        *,
+        preset: str = "http",
+        hosts: Sequence[str] | None = None,
+        header: str | None = None,
+        scheme: str | None = None,
+        query: bool | None = None,
+        body: bool | None = None,
+    ) -> SecretInfo:
+        """Store (or replace) secret `name`; `preset` is github, openai, anthropic, http (needs
+        `hosts`) or aws (`value` is `KEY_ID:SECRET_KEY`)."""
+        payload: dict[str, Any] = {"value": value, "preset": preset}
+        for key, given in (
+            ("hosts", list(hosts) if hosts is not None else None),
+            ("header", header),
+            ("scheme", scheme),
+            ("query", query),
+            ("body", body),
+        ):
+            if given is not None:
+                payload[key] = given
+        answer = await self.session.json("PUT", _secret_path(name), json_body=payload)
+        return SecretInfo.from_wire(answer)
+
+    async def rotate_secret(self, name: str, value: str) -> SecretInfo:
+        """A new value; running sandboxes bound to it use it from their next request."""
+        answer = await self.session.json(
+            "POST", _secret_path(name) + "/rotate", json_body={"value": value}
+        )
+        return SecretInfo.from_wire(answer)
+
+    async def remove_secret(self, name: str) -> None:
+        """Delete a secret; no sandbox gets it from now on."""
+        await self.session.request("DELETE", _secret_path(name))
+
+    async def revoke_secret(self, sandbox_id: str, name: str) -> None:
+        """Stop giving secret `name` to one sandbox (its placeholder stays, inert)."""
+        await self.session.request(
+            "DELETE", f"/v1/sandboxes/{sandbox_id}/secrets/{quote(name, safe='')}"
+        )
+
+    async def secret_log(
+        self, secret: str | None = None, sandbox_id: str | None = None, limit: int = 100
+    ) -> list[SecretAuditEntry]:
+        """The newest injections (oldest first), by secret and/or sandbox."""
+        params: list[tuple[str, Any]] = [("limit", limit)]
+        if secret:
+            params.append(("secret", secret))
+        if sandbox_id:
+            params.append(("sandbox_id", sandbox_id))
+        answer = await self.session.json("GET", "/v1/secrets/log", params=params)
+        return [SecretAuditEntry.from_wire(item) for item in answer.get("entries", [])]
+
+
+def _secret_path(name: str) -> str:
+    return f"/v1/secrets/{quote(name, safe='')}"
 
 
 def _snapshot_path(name: str) -> str:

@@ -24,6 +24,8 @@ __all__ = [
     "ProjectServiceInfo",
     "ResourceUsage",
     "SandboxInfo",
+    "SecretAuditEntry",
+    "SecretInfo",
     "SnapshotInfo",
     "TemplateInfo",
     "TrustedKey",
@@ -45,7 +47,10 @@ class SandboxOptions(TypedDict, total=False):
     reach the sandbox but are never stored or shown, and make it secret-bearing (no fork, export
     or memory snapshot). `on_timeout` ("kill" or "park") says how `ttl_seconds` ends;
     `auto_park_idle` parks it after that many idle seconds; `auto_wake` wakes a parked sandbox on
-    the next exec or file call.
+    the next exec or file call. `secrets` names brokered secrets (`Client.set_secret`): the
+    sandbox's env holds placeholders and the daemon's broker puts the values into requests to
+    the secrets' hosts, so the sandbox stays free to fork, park and export; `secret_files` are
+    `{"name", "path", "template"?}` files holding placeholders (docs/secrets.md).
     """
 
     cpu: float | None
@@ -62,6 +67,8 @@ class SandboxOptions(TypedDict, total=False):
     network: str | None
     allow: Sequence[str] | None
     deny: Sequence[str] | None
+    secrets: Sequence[str] | None
+    secret_files: Sequence[Mapping[str, str | None]] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,4 +442,60 @@ class TrustedKey(_Wire):
             name=str(data["name"]),
             public_key=str(data["public_key"]),
             created_at=float(data.get("created_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SecretInfo(_Wire):
+    """A brokered secret as the daemon lists it: never its value (`corral secret ls`)."""
+
+    name: str
+    preset: str
+    hosts: list[str] = field(default_factory=list)
+    header: str | None = None
+    scheme: str | None = None
+    query: bool = True
+    body: bool = False
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    last_used_at: float | None = None
+    sandboxes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> SecretInfo:
+        return cls(
+            name=str(data["name"]),
+            preset=str(data.get("preset", "")),
+            hosts=[str(h) for h in data.get("hosts") or []],
+            header=data.get("header"),
+            scheme=data.get("scheme"),
+            query=bool(data.get("query", True)),
+            body=bool(data.get("body", False)),
+            created_at=float(data.get("created_at", 0.0)),
+            updated_at=float(data.get("updated_at", 0.0)),
+            last_used_at=data.get("last_used_at"),
+            sandboxes=[str(s) for s in data.get("sandboxes") or []],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SecretAuditEntry(_Wire):
+    """One injection of a secret by the broker (`corral secret log`)."""
+
+    at: float
+    sandbox_id: str
+    secret: str
+    host: str
+    method: str
+    path: str
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> SecretAuditEntry:
+        return cls(
+            at=float(data["at"]),
+            sandbox_id=str(data["sandbox_id"]),
+            secret=str(data["secret"]),
+            host=str(data["host"]),
+            method=str(data["method"]),
+            path=str(data["path"]),
         )

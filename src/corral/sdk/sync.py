@@ -33,6 +33,8 @@ from corral.sdk.models import (
     ProjectServiceInfo,
     SandboxInfo,
     SandboxOptions,
+    SecretAuditEntry,
+    SecretInfo,
     SnapshotInfo,
     TemplateInfo,
     TrustedKey,
@@ -390,6 +392,9 @@ class Client:
     def capacity(self) -> Capacity:
         return portal().call(self._async.capacity())
 
+    def console_login_link(self) -> str:
+        return portal().call(self._async.console_login_link())
+
     def templates(self) -> list[TemplateInfo]:
         return portal().call(self._async.templates())
 
@@ -475,6 +480,48 @@ class Client:
 
     def remove_service(self, name: str) -> None:
         portal().call(self._async.remove_service(name))
+
+    def secrets(self) -> builtins.list[SecretInfo]:
+        return portal().call(self._async.secrets())
+
+    def set_secret(
+        self,
+        name: str,
+        value: str,
+        *,
+        preset: str = "http",
+        hosts: Sequence[str] | None = None,
+        header: str | None = None,
+        scheme: str | None = None,
+        query: bool | None = None,
+        body: bool | None = None,
+    ) -> SecretInfo:
+        return portal().call(
+            self._async.set_secret(
+                name,
+                value,
+                preset=preset,
+                hosts=hosts,
+                header=header,
+                scheme=scheme,
+                query=query,
+                body=body,
+            )
+        )
+
+    def rotate_secret(self, name: str, value: str) -> SecretInfo:
+        return portal().call(self._async.rotate_secret(name, value))
+
+    def remove_secret(self, name: str) -> None:
+        portal().call(self._async.remove_secret(name))
+
+    def revoke_secret(self, sandbox_id: str, name: str) -> None:
+        portal().call(self._async.revoke_secret(sandbox_id, name))
+
+    def secret_log(
+        self, secret: str | None = None, sandbox_id: str | None = None, limit: int = 100
+    ) -> builtins.list[SecretAuditEntry]:
+        return portal().call(self._async.secret_log(secret, sandbox_id, limit))
 
 
 async def _await(opening: _Opening) -> AsyncSandbox:

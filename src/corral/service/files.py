@@ -11,7 +11,8 @@ from typing import Any
 
 from corral.runtime.agent_client import AgentError
 from corral.service.errors import CorralError, InvalidRequest, TooLarge
-from corral.service.sandboxes import SandboxService, translate_agent_error
+from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.live import translate_agent_error
 
 
 def check_path(path: str) -> str:

@@ -17,7 +17,8 @@ import time
 
 from corral.runtime.agent_client import AgentError
 from corral.service.errors import CapacityExceeded, CorralError, NotFound
-from corral.service.sandboxes import CreateRequest, SandboxService
+from corral.service.model import CreateRequest
+from corral.service.sandboxes import SandboxService
 from corral.storage import SandboxRecord
 
 log = logging.getLogger("corral.pools")
@@ -112,6 +113,8 @@ class PoolService:
             and request.disk_mib in (None, template.disk_mib)
             and self.sb.build_policy(request.network, request.allow, request.deny)
             == self.sb.default_policy()  # pooled sandboxes run the default policy
+            and not request.secrets  # brokered sandboxes get the CA at boot
+            and not request.secret_files
         )
         if not wanted:
             return None

@@ -13,7 +13,8 @@ from typing import Any
 
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.service.errors import CorralError, InvalidRequest
-from corral.service.sandboxes import SandboxService, translate_agent_error
+from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.live import translate_agent_error
 
 Event = dict[str, Any]
 

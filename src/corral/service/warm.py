@@ -23,8 +23,10 @@ from typing import Any
 
 from corral.runtime.agent_client import AgentError
 from corral.service.errors import OperationFailed
-from corral.service.lifecycle import LifecycleService, seal_image
-from corral.service.sandboxes import CreateRequest, SandboxService
+from corral.service.images import seal_image
+from corral.service.lifecycle import LifecycleService
+from corral.service.model import CreateRequest
+from corral.service.sandboxes import SandboxService
 from corral.storage import TemplateRecord
 
 log = logging.getLogger("corral.warm")

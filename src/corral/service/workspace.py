@@ -15,24 +15,30 @@ from corral.at_rest import secure_data_dir
 from corral.config import Settings
 from corral.images import ImageStore
 from corral.network.base import Network, Slot
+from corral.network.broker import CertificateAuthority
+from corral.network.broker.intercept import Broker
 from corral.network.sandbox_net import EgressControl
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
 from corral.service.code import CodeService
+from corral.service.console_sessions import ConsoleSessions
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
+from corral.service.metrics import MetricsService
 from corral.service.pools import PoolService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
 from corral.service.sandboxes import SandboxService
-from corral.service.snapshots import SnapshotService
+from corral.service.secrets import SecretService
+from corral.service.snapshots.service import SnapshotService
+from corral.service.snapshots.transfer import TransferService
+from corral.service.snapshots.trust import TrustService
 from corral.service.templates import TemplateService
-from corral.service.transfer import TransferService
-from corral.service.trust import TrustService
 from corral.service.warm import WarmService
 from corral.storage import Database
+from corral.storage.sealing import Sealer
 
 log = logging.getLogger("corral.workspace")
 
@@ -57,7 +63,10 @@ class Workspace:
     pools: PoolService
     services: ProjectServices
     code: CodeService
+    secrets: SecretService
+    metrics: MetricsService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
 
     @classmethod
     def build(
@@ -88,6 +97,15 @@ class Workspace:
         warm = WarmService(sandboxes, lifecycle)
         pools = PoolService(sandboxes)
         trust = TrustService(db, settings.signing_key_path)
+        secret_service = SecretService(
+            db, Sealer(settings.secrets_key_path), CertificateAuthority(settings.broker_dir)
+        )
+        sandboxes.secrets = secret_service
+        sandboxes.egress.set_broker(
+            Broker(
+                secret_service.authority, secret_service, upstream_ca=settings.broker_upstream_ca
+            )
+        )
         sandboxes.pool_hook = pools.claim
         templates.builder.egress = sandboxes.egress
         templates.builder.finish = warm.warm
@@ -110,6 +128,8 @@ class Workspace:
             pools=pools,
             services=ProjectServices(sandboxes),
             code=CodeService(sandboxes),
+            secrets=secret_service,
+            metrics=MetricsService(sandboxes),
         )
 
     @classmethod
@@ -164,6 +184,7 @@ class Workspace:
         self.trust.start()
         self.templates.sync()
         self.services.start()
+        await self.secrets.start()
         await self.snapshots.start()
         await self.lifecycle.start()
         await self.pools.start()
@@ -172,6 +193,7 @@ class Workspace:
         await self.pools.stop()
         await self.lifecycle.stop()
         await self.code.aclose()
+        await self.secrets.stop()
         for hook in self.on_stop:
             try:
                 await hook()

@@ -17,6 +17,7 @@ from sqlalchemy.orm import sessionmaker
 from corral.storage.apikeys import ApiKeyRepository
 from corral.storage.project_services import ProjectServiceRepository
 from corral.storage.sandboxes import SandboxRepository
+from corral.storage.secrets import SecretRepository
 from corral.storage.snapshots import SnapshotRepository
 from corral.storage.templates import TemplateRepository
 from corral.storage.trusted_keys import TrustedKeyRepository
@@ -55,6 +56,7 @@ class Database:
         self.snapshots = SnapshotRepository(self._sessions)
         self.trusted_keys = TrustedKeyRepository(self._sessions)
         self.project_services = ProjectServiceRepository(self._sessions)
+        self.secrets = SecretRepository(self._sessions)
 
     def _migrate(self) -> None:
         config = Config()

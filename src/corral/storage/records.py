@@ -122,3 +122,42 @@ class TrustedKeyRecord:
     name: str
     public_key: str
     created_at: float
+
+
+@dataclass(frozen=True)
+class SecretRecord:
+    """A brokered secret without its value: ``preset`` (``github``, ``openai``, ``anthropic``,
+    ``http``, ``aws``), the host patterns it is bound to, the preset's ``options`` (header,
+    scheme, query, body) and when it was stored, rotated and last injected. ``sealed`` is the
+    encrypted value (``storage/sealing.py``), opened only by the broker."""
+
+    name: str
+    preset: str
+    hosts: list[str]
+    options: dict[str, object]
+    sealed: str
+    created_at: float
+    updated_at: float
+    last_used_at: float | None = None
+
+
+@dataclass(frozen=True)
+class SecretBindingRecord:
+    """A secret given to a sandbox, and the placeholder the sandbox holds in its place."""
+
+    sandbox_id: str
+    secret: str
+    placeholder: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class SecretAuditRecord:
+    """One injection of a secret into a request (never the value, never the query string)."""
+
+    at: float
+    sandbox_id: str
+    secret: str
+    host: str
+    method: str
+    path: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from sqlalchemy import select
@@ -86,7 +87,7 @@ class SandboxRepository:
             return _record(row) if row else None
 
     def list(
-        self, *, states: set[str] | None = None, metadata: dict[str, str] | None = None
+        self, *, states: AbstractSet[str] | None = None, metadata: dict[str, str] | None = None
     ) -> list[SandboxRecord]:
         with self._sessions() as session:
             query = select(SandboxRow).order_by(SandboxRow.created_at)
@@ -113,7 +114,7 @@ class SandboxRepository:
             session.flush()
             return _record(row)
 
-    def prune(self, *, states: set[str], ended_before: float) -> builtins.list[str]:
+    def prune(self, *, states: AbstractSet[str], ended_before: float) -> builtins.list[str]:
         """Delete the records in ``states`` last changed before ``ended_before`` that hold no
         image on disk; return their ids."""
         with self._sessions.begin() as session:

@@ -131,3 +131,44 @@ class ProjectServiceRow(Base):
     address: Mapped[str] = mapped_column(String(15))
     ports: Mapped[list[int]] = mapped_column(JSON, default=list)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class SecretRow(Base):
+    """0007: a brokered secret. ``sealed`` is the value encrypted (AES-GCM, ``storage/sealing.py``)
+    with the key in ``DATA/secrets.key``; nothing else in the store holds a value."""
+
+    __tablename__ = "secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    preset: Mapped[str] = mapped_column(String(16))
+    hosts: Mapped[list[str]] = mapped_column(JSON, default=list)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    sealed: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class SecretBindingRow(Base):
+    """0007: a secret given to a sandbox, and the placeholder the sandbox holds for it."""
+
+    __tablename__ = "secret_bindings"
+
+    sandbox_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(64), primary_key=True)
+    placeholder: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class SecretAuditRow(Base):
+    """0007: one injection: which sandbox used which secret on which request (never the value)."""
+
+    __tablename__ = "secret_audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    sandbox_id: Mapped[str] = mapped_column(String(32), index=True)
+    secret: Mapped[str] = mapped_column(String(64), index=True)
+    host: Mapped[str] = mapped_column(String(253))
+    method: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(Text)

@@ -4,7 +4,7 @@
             172.31.77.5 (a project service on 5432, a private address)
       | veth eth0 / P-up (198.18.0.1)
     P-host  stands in for the daemon's namespace: firewall.HostRules with egress, ip_forward
-      | veths made by slots.py's real slot builder (subnet 198.19.77.0/24)
+      | veths made by slot_kernel.py's real slot builder (subnet 198.19.77.0/24)
     P-slot-N  firewall.SlotRules + egress.SlotEgress, the resolver and the proxy listen here
     P-sbx-N   stands in for the gVisor sandbox (a plain namespace)
 
@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from corral.network import firewall, slots
+from corral.network import firewall, slot_kernel, slot_plan
 from corral.network.base import INNER_GATEWAY
 from corral.network.egress import EgressContext, SlotEgress, apply_slot_egress
 from corral.network.namespaces import (
@@ -160,7 +160,7 @@ class Lab:
         self.prefix = prefix
         self.host_ns = f"{prefix}-host"
         self.inet_ns = f"{prefix}-inet"
-        self.plan = slots.SlotPlan(prefix, SLOT_SUBNET)
+        self.plan = slot_plan.SlotPlan(prefix, SLOT_SUBNET)
         self.ca = LabCA(tmp, [*ZONE])
         self.servers: list[asyncio.Server | asyncio.DatagramTransport] = []
         self.resolver = SandboxResolver([WEB], upstream_netns=self.host_ns, timeout=2.0)
@@ -185,7 +185,8 @@ class Lab:
         for index in range(slot_count):
             layout = self.plan.layout(index)
             run_in_netns(
-                self.host_ns, lambda layout=layout: slots._ensure_slot(layout, self.prefix, False)
+                self.host_ns,
+                lambda layout=layout: slot_kernel.ensure_slot(layout, self.prefix, False),
             )
 
     def _wire_host(self, inet_fd: int) -> None:
@@ -316,8 +317,8 @@ class Lab:
         layout = self.plan.layout(index)
         egress = SlotEgress(
             table=self.prefix,
-            uplink=slots.UPLINK,
-            downlink=slots.DOWNLINK,
+            uplink=slot_plan.UPLINK,
+            downlink=slot_plan.DOWNLINK,
             slot_address=layout.slot_address,
             policy=sandbox.policy,
             context=sandbox.context,

@@ -23,7 +23,7 @@ import pytest
 
 from corral.network import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure, Slot, SlotNetwork
 from corral.network.namespaces import list_netns
-from corral.network.slots import SlotPlan
+from corral.network.slot_plan import SlotPlan
 from tests.host import free_subnet
 
 # The suite runs as root on a machine ./scripts/setup prepared: a missing piece is a failure.

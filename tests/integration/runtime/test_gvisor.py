@@ -10,12 +10,26 @@ from pathlib import Path
 
 import pytest
 
+from corral.agent import AGENT_DIR
 from corral.runtime import GVisorRuntime, RuntimeFailure, RuntimeStatus
-from corral.runtime.gvisor import TMP_ON_DISK_MARKER, memory_headroom_mib
+from corral.runtime.gvisor import DISK_ROOT_MARKER, disk_headroom_mib, memory_headroom_mib
 
 from .conftest import ROOTFS, SpecFactory, wait_for_log
 
 pytestmark = pytest.mark.integration
+
+
+def on_disk_root(script: str) -> str:
+    """``script`` run after what the agent does first (``agent/disk_root.py``, its own source):
+    move onto the sized root the runtime mounted, drop CAP_SYS_ADMIN."""
+    setup = (AGENT_DIR / "disk_root.py").read_text()
+    return (
+        f"{setup}\n"
+        "enter_disk_root(os.environ['CORRAL_AGENT_DISK_ROOT'])\n"
+        "drop_sys_admin()\n"
+        f"{script}"
+    )
+
 
 COUNTER = """
 import os, time
@@ -92,18 +106,23 @@ try:
             written += 1
 except OSError as exc:
     print('write failed', errno.errorcode[exc.errno], 'after', written, 'MiB', flush=True)
+st = os.statvfs('/')
+print('df', st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize, flush=True)
 import time
 time.sleep(60)
 """
-    spec = make_spec(script, disk_mib=32)
+    spec = make_spec(on_disk_root(script), disk_mib=32)
     await runtime.start(spec)
     match = await wait_for_log(
         runtime.paths(spec.sandbox_id).console_log, r"write failed (\w+) after (\d+) MiB"
     )
     assert match.group(1) == "ENOSPC"
     assert 10 <= int(match.group(2)) <= 32
+    df = await wait_for_log(runtime.paths(spec.sandbox_id).console_log, r"df (\d+) (\d+)")
+    assert df.group(1) == df.group(2) == str(32 << 20)  # df: size 32 MiB, all of it used
     assert not (ROOTFS / "big").exists()  # the template stays untouched
-    assert 10 <= await runtime.disk_usage_mib(spec.sandbox_id) <= 32
+    # The host's count of the ext4 disk also holds its own metadata, within the headroom.
+    assert 32 <= await runtime.disk_usage_mib(spec.sandbox_id) <= 32 + disk_headroom_mib(32)
 
 
 async def test_memory_limit_kills_and_reports_oom(
@@ -221,7 +240,7 @@ async def test_tmp_is_on_the_disk_and_in_the_checkpoint(
     runtime: GVisorRuntime, make_spec: SpecFactory, tmp_path: Path
 ) -> None:
     # 200 MiB in /tmp of a 96 MiB sandbox: on gVisor's tmpfs the host would stop it.
-    spec = make_spec(TMP_WRITER, memory_mib=96, disk_mib=512)
+    spec = make_spec(on_disk_root(TMP_WRITER), memory_mib=96, disk_mib=512)
     log = runtime.paths(spec.sandbox_id).console_log
     await runtime.start(spec)
     await wait_for_log(log, rf"^tmp 3 {200 << 20}$", timeout=60)
@@ -229,7 +248,7 @@ async def test_tmp_is_on_the_disk_and_in_the_checkpoint(
 
     image = tmp_path / "image"
     await runtime.checkpoint(spec.sandbox_id, image, leave_running=False)
-    assert (image / TMP_ON_DISK_MARKER).is_file()
+    assert (image / DISK_ROOT_MARKER).read_text() == "512\n"
     last = int(re.findall(r"^tmp (\d+) ", log.read_text(), re.MULTILINE)[-1])
     await runtime.restore(spec, image)
     await wait_for_log(log, rf"^tmp {last + 3} {200 << 20}$")

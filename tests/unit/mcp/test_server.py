@@ -92,3 +92,14 @@ async def test_sdk_errors_become_tool_errors(fake: FakeDaemon) -> None:
     with pytest.raises(ToolError, match="no template missing"):
         await server.call_tool("run_code", {"code": "1"})
     await pool.close()
+
+
+def test_http_key_and_own_url() -> None:
+    from corral.mcp.http import own_url, presented_key
+
+    assert presented_key({"authorization": "Bearer k1"}) == "k1"
+    assert presented_key({"authorization": "Basic abc", "x-api-key": "k2"}) == "k2"
+    assert presented_key({}) is None
+    assert own_url("0.0.0.0:7070") == "http://127.0.0.1:7070"
+    assert own_url("10.0.0.5:80") == "http://10.0.0.5:80"
+    assert own_url("[::]:7070") == "http://[::1]:7070"

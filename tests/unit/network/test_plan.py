@@ -7,7 +7,7 @@ import pytest
 import corral.network
 from corral.network import NetworkFailure
 from corral.network.firewall import HostRules, SlotRules
-from corral.network.slots import SlotPlan
+from corral.network.slot_plan import SlotPlan
 
 
 def test_exports() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.runtime import AgentMount, Resources, SandboxSpec
-from corral.runtime.bundle import render_config, write_config
+from corral.runtime.bundle import DISK_ROOT_PATH, DiskRoot, render_config, write_config
 
 
 def spec(netns_path: str | None = None) -> SandboxSpec:
@@ -88,6 +88,32 @@ def test_tmp_is_an_overlaid_bind_of_the_given_dir_only_when_given() -> None:
     ]
     plain = render_config(spec(), cgroups_path="/x")["mounts"]
     assert all(m["destination"] != "/tmp" for m in plain)
+
+
+def test_disk_root_is_a_hinted_sized_tmpfs_and_only_then_cap_sys_admin() -> None:
+    store = Path("/s/sbx/disk-0001/root")
+    config = render_config(spec(), cgroups_path="/x", disk_root=DiskRoot(store, 1024))
+    [disk] = [m for m in config["mounts"] if m["destination"] == DISK_ROOT_PATH]
+    assert disk == {"destination": DISK_ROOT_PATH, "type": "bind", "source": str(store),
+                    "options": ["rbind", "rw"]}  # fmt: skip
+    # gVisor's mount hint: a tmpfs of the disk's size, its pages in a file in ``store``.
+    hint = "dev.gvisor.spec.mount.corral-disk."
+    assert config["annotations"] == {
+        "corral.template": "base",
+        hint + "source": str(store),
+        hint + "type": "tmpfs",
+        hint + "share": "container",
+        hint + "options": "rw,size=1024m",
+    }
+    assert f"CORRAL_AGENT_DISK_ROOT={DISK_ROOT_PATH}" in config["process"]["env"]
+    for kind in ("bounding", "effective", "permitted"):
+        assert "CAP_SYS_ADMIN" in config["process"]["capabilities"][kind]
+
+    plain = render_config(spec(), cgroups_path="/x")
+    assert all(m["destination"] != DISK_ROOT_PATH for m in plain["mounts"])
+    assert not any(e.startswith("CORRAL_AGENT_DISK_ROOT=") for e in plain["process"]["env"])
+    for caps in plain["process"]["capabilities"].values():
+        assert "CAP_SYS_ADMIN" not in caps
 
 
 def test_cpuset_is_set_only_when_given() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from corral.images.host_packages import BUILD_CA_PATH, HostPackageSettings
 from corral.service.errors import InvalidRequest
-from corral.service.recipes import expand, list_recipes, load_recipe
+from corral.service.templates.recipes import expand, list_recipes, load_recipe
 
 
 def test_shipped_recipes_load_with_descriptions() -> None:

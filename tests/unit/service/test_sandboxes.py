@@ -16,7 +16,7 @@ from corral.service.errors import (
     OperationFailed,
     StateConflict,
 )
-from corral.service.sandboxes import CreateRequest, new_sandbox_id
+from corral.service.model import CreateRequest, new_sandbox_id
 from corral.service.workspace import Workspace
 from tests.unit.conftest import Harness
 

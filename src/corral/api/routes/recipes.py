@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from corral.api import schemas
-from corral.service.recipes import list_recipes
+from corral.service.templates.recipes import list_recipes
 
 router = APIRouter(prefix="/v1/recipes", tags=["templates"])
 

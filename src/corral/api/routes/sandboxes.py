@@ -63,7 +63,13 @@ async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schem
         network=body.network,
         allow=body.allow,
         deny=body.deny,
+        secrets=body.secrets,
+        secret_files={f.path: (f.name, f.template) for f in body.secret_files},
     )
+    if body.snapshot is not None and (body.secrets or body.secret_files):
+        raise InvalidRequest(
+            "brokered secrets are given to new sandboxes, not to one restored from a snapshot"
+        )
     if body.snapshot is not None:
         return to_schema(await ws.snapshots.restore(body.snapshot, request))
     return to_schema(await ws.sandboxes.create(request))

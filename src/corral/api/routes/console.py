@@ -1,0 +1,33 @@
+"""Console login links: a one-time token that the web console exchanges for a session."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+
+from corral.api import schemas
+from corral.api.deps import WorkspaceDep, presented_key, require_key
+from corral.storage import ApiKeyRecord
+
+router = APIRouter(prefix="/v1/console", tags=["console"])
+
+
+@router.post(
+    "/login-tokens",
+    operation_id="create_console_login_token",
+    status_code=201,
+    response_model=schemas.ConsoleLoginToken,
+)
+async def create_login_token(
+    ws: WorkspaceDep,
+    key: Annotated[ApiKeyRecord, Depends(require_key)],
+    presented: Annotated[str | None, Depends(presented_key)],
+) -> schemas.ConsoleLoginToken:
+    """A token good for one console login, within a short time, as the calling key (and its
+    role); open ``/console/#login=TOKEN`` to use it."""
+    assert presented is not None  # require_key has verified it
+    token, expires_at = ws.console_sessions.issue_token(presented)
+    return schemas.ConsoleLoginToken(
+        token=token, path=f"/console/#login={token}", expires_at=expires_at, key_name=key.name
+    )

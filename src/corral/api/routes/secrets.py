@@ -1,0 +1,103 @@
+"""Brokered secrets (admin only): store, rotate, remove, list (never values), the audit log,
+and revoking one sandbox's binding."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from corral.api import schemas
+from corral.api.deps import WorkspaceDep
+from corral.api.routes.trust import require_admin
+from corral.service.secrets import SecretService, options_of
+from corral.storage import SecretRecord
+
+router = APIRouter(tags=["secrets"], dependencies=[Depends(require_admin)])
+
+
+def secret_schema(record: SecretRecord, service: SecretService) -> schemas.Secret:
+    options = options_of(record)
+    return schemas.Secret(
+        name=record.name,
+        preset=record.preset,
+        hosts=record.hosts,
+        header=options.header,
+        scheme=options.scheme,
+        query=options.query,
+        body=options.body,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        last_used_at=record.last_used_at,
+        sandboxes=service.bound_sandboxes(record.name),
+    )
+
+
+@router.get("/v1/secrets", operation_id="list_secrets", response_model=schemas.SecretList)
+async def list_secrets(ws: WorkspaceDep) -> schemas.SecretList:
+    return schemas.SecretList(secrets=[secret_schema(r, ws.secrets) for r in ws.secrets.list()])
+
+
+@router.get("/v1/secrets/log", operation_id="secret_log", response_model=schemas.SecretLog)
+async def secret_log(
+    ws: WorkspaceDep,
+    secret: str | None = None,
+    sandbox_id: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> schemas.SecretLog:
+    entries = ws.secrets.audit_log(secret=secret, sandbox_id=sandbox_id, limit=limit)
+    return schemas.SecretLog(
+        entries=[
+            schemas.SecretAuditEntry(
+                at=e.at,
+                sandbox_id=e.sandbox_id,
+                secret=e.secret,
+                host=e.host,
+                method=e.method,
+                path=e.path,
+            )
+            for e in entries
+        ]
+    )
+
+
+@router.get("/v1/secrets/{name}", operation_id="get_secret", response_model=schemas.Secret)
+async def get_secret(name: str, ws: WorkspaceDep) -> schemas.Secret:
+    return secret_schema(ws.secrets.get(name), ws.secrets)
+
+
+@router.put("/v1/secrets/{name}", operation_id="put_secret", response_model=schemas.Secret)
+async def put_secret(name: str, body: schemas.SecretSet, ws: WorkspaceDep) -> schemas.Secret:
+    record = ws.secrets.set(
+        name,
+        body.value,
+        preset=body.preset,
+        hosts=body.hosts,
+        header=body.header,
+        scheme=body.scheme,
+        query=body.query,
+        body=body.body,
+    )
+    return secret_schema(record, ws.secrets)
+
+
+@router.post(
+    "/v1/secrets/{name}/rotate", operation_id="rotate_secret", response_model=schemas.Secret
+)
+async def rotate_secret(name: str, body: schemas.SecretRotate, ws: WorkspaceDep) -> schemas.Secret:
+    return secret_schema(ws.secrets.rotate(name, body.value), ws.secrets)
+
+
+@router.delete("/v1/secrets/{name}", operation_id="remove_secret", status_code=204)
+async def remove_secret(name: str, ws: WorkspaceDep) -> Response:
+    ws.secrets.remove(name)
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/v1/sandboxes/{sandbox_id}/secrets/{name}", operation_id="revoke_secret", status_code=204
+)
+async def revoke_secret(sandbox_id: str, name: str, ws: WorkspaceDep) -> Response:
+    ws.sandboxes.get(sandbox_id)
+    ws.secrets.revoke(sandbox_id, name)
+    return Response(status_code=204)

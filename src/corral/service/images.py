@@ -1,0 +1,75 @@
+"""Checkpoint images on disk: how one is sealed, recognised as complete, sized, made private and
+removed; and the space checks made before one is written.
+
+An image (a parked sandbox's, a fork's, a snapshot's, a warm template's) is written into a
+``.partial`` directory, fsynced, marked complete (``IMAGE_COMPLETE``, fsynced) and only then
+renamed into place (``seal_image``): a crash leaves either a complete image or a partial one that
+the next start removes. An image holds a sandbox's memory (its secrets, its agent's key): it is
+0600 files in 0700 dirs (``make_private``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from corral.paths import inside
+
+__all__ = [
+    "IMAGE_COMPLETE",
+    "fsync_dir",
+    "image_complete",
+    "image_size_mib",
+    "make_private",
+    "seal_image",
+]
+
+IMAGE_COMPLETE = ".complete"
+
+
+def image_complete(image_dir: Path | str | None) -> bool:
+    """Whether a checkpoint image was fully written (the marker is written last, fsynced)."""
+    return image_dir is not None and (Path(image_dir) / IMAGE_COMPLETE).is_file()
+
+
+def image_size_mib(image_dir: Path) -> int:
+    total = sum(p.stat().st_size for p in image_dir.rglob("*") if p.is_file())
+    return max(1, -(-total // (1024 * 1024)))
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def seal_image(partial: Path, final: Path, *, root: Path) -> None:
+    """Mark a fully written image complete and move it into place, durably. Both paths must
+    resolve inside ``root`` (the images' own directory): nothing outside it is ever replaced."""
+    partial, final = inside(root, partial), inside(root, final)
+    marker = partial / IMAGE_COMPLETE
+    with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+        handle.write(f"{time.time()}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_dir(partial)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(partial, final)
+    fsync_dir(final.parent)
+
+
+def make_private(directory: Path) -> None:
+    """0700 on ``directory`` and the dirs below it, 0600 on its files."""
+    os.chmod(directory, 0o700)
+    for root, dirs, files in os.walk(directory):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o600)

@@ -1,0 +1,72 @@
+"""Resource use of running sandboxes, sampled on demand from the runtime.
+
+A sample holds CPU use (percent of the sandbox's CPU allowance, over the time since the previous
+sample of the same sandbox, or since it booted for the first), memory in use and as file cache,
+and disk use against its limits. Nothing is stored: a parked, killed or unknown sandbox has no
+sample. The previous CPU reading of each sandbox is kept in memory only (bounded by the number of
+sandboxes asked about; forgotten when a sandbox is no longer running).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from corral.service.errors import StateConflict
+from corral.service.sandboxes import SandboxService
+
+__all__ = ["MetricsService", "SandboxMetrics"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SandboxMetrics:
+    sandbox_id: str
+    timestamp: float
+    cpu_count: float
+    cpu_used_pct: float
+    mem_used: int
+    mem_total: int
+    mem_cache: int
+    disk_used: int
+    disk_total: int
+
+
+class MetricsService:
+    """Samples ``Runtime.usage`` and the disk use of running sandboxes."""
+
+    def __init__(self, sandboxes: SandboxService) -> None:
+        self._sandboxes = sandboxes
+        self._last_cpu: dict[str, tuple[float, float]] = {}  # id -> (monotonic, cpu seconds)
+
+    async def sample(self, sandbox_id: str) -> SandboxMetrics:
+        """One sample now; StateConflict when the sandbox is not running."""
+        record = self._sandboxes.get(sandbox_id)
+        usage = await self._sandboxes.runtime.usage(sandbox_id)
+        if record.state != "running" or usage is None:
+            self._last_cpu.pop(sandbox_id, None)
+            raise StateConflict(
+                f"sandbox {sandbox_id} is {record.state}: only a running sandbox has metrics"
+            )
+        now, wall = time.monotonic(), time.time()
+        before = self._last_cpu.get(sandbox_id)
+        if before is None:
+            elapsed, used = max(wall - record.created_at, 1e-3), usage.cpu_seconds
+        else:
+            elapsed, used = max(now - before[0], 1e-3), usage.cpu_seconds - before[1]
+        self._last_cpu[sandbox_id] = (now, usage.cpu_seconds)
+        cpus = max(record.cpu, 0.01)
+        percent = min(max(used / (elapsed * cpus) * 100, 0.0), 100.0)
+        disk_used = await self._sandboxes.runtime.disk_usage_mib(sandbox_id)
+        return SandboxMetrics(
+            sandbox_id=sandbox_id,
+            timestamp=wall,
+            cpu_count=record.cpu,
+            cpu_used_pct=round(percent, 2),
+            mem_used=usage.memory_bytes,
+            mem_total=record.memory_mib * MIB,
+            mem_cache=usage.cache_bytes,
+            disk_used=disk_used * MIB,
+            disk_total=record.disk_mib * MIB,
+        )

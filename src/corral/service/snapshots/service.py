@@ -1,0 +1,382 @@
+"""Snapshots: saved sandbox states that new sandboxes restore from, any number of times.
+
+A ``memory`` snapshot is a runtime checkpoint taken with the sandbox left running: sandboxes
+restored from it continue with its processes. An ``fs`` snapshot holds only files: those changed
+since the template's image was made (a tar made inside the sandbox) and the list of the image's
+paths that were deleted; restoring boots the template fresh and applies both.
+
+Images live in ``<data>/snapshots/<name>``, written as ``<name>.partial`` and sealed (see
+``lifecycle.seal_image``); a record stays ``creating`` until its image is sealed, so a crash never
+leaves a snapshot that looks usable but is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.paths import PathEscape, inside
+from corral.runtime.agent_client import AgentClient, AgentError
+from corral.runtime.base import RuntimeFailure
+from corral.service.errors import (
+    CapacityExceeded,
+    InvalidRequest,
+    NotFound,
+    OperationFailed,
+    StateConflict,
+)
+from corral.service.images import image_complete, image_size_mib, seal_image
+from corral.service.lifecycle import LifecycleService, refuse_secrets
+from corral.service.model import CreateRequest, require_state
+from corral.service.sandboxes import SandboxService
+from corral.service.snapshots import fs_capture
+from corral.storage import SandboxRecord, SnapshotRecord
+
+log = logging.getLogger("corral.snapshots")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+FS_ARCHIVE = "files.tar"
+FS_DELETED = "deleted.json"
+RESTORE_TAR = "/tmp/.corral-restore.tar"
+LIST_FILE = "/tmp/.corral-snapshot.list"
+
+
+def snapshot_owner(name: str) -> str:
+    """Who holds a memory snapshot's brokered-secret bindings (``secrets.inherit``) until a
+    sandbox restored from it takes them over."""
+    return f"snapshot:{name}"
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise InvalidRequest(
+            f"snapshot name {name!r} is not valid: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+async def run_collect(
+    client: AgentClient, cmd: list[str], sink: Any, what: str, limit: int | None = None
+) -> None:
+    """Run ``cmd`` in the sandbox, writing its stdout to ``sink``; raise with its stderr. With
+    ``limit``, more than ``limit`` bytes of output kill the process and raise OutputTooLarge."""
+    stderr = b""
+    exit_code: int | None = None
+    received = 0
+    pid: int | None = None
+    try:
+        async for event in client.stream_process({"cmd": cmd}):
+            kind = event.get("type")
+            if kind == "start":
+                pid = event.get("pid")
+            elif kind == "stdout":
+                data = base64.b64decode(event["data"])
+                received += len(data)
+                if limit is not None and received > limit:
+                    if isinstance(pid, int):
+                        with contextlib.suppress(AgentError):
+                            await client.signal(pid, "SIGKILL")
+                    raise OutputTooLarge(f"{what}: its output passed {limit} bytes")
+                await asyncio.to_thread(sink.write, data)
+            elif kind == "stderr":
+                stderr = (stderr + base64.b64decode(event["data"]))[-2000:]
+            elif kind == "exit":
+                exit_code = event.get("exit_code")
+    except AgentError as exc:
+        raise OperationFailed(f"{what}: {exc}") from exc
+    if exit_code != 0:
+        raise OperationFailed(
+            f"{what}: {cmd[0]} exited {exit_code}: {stderr.decode(errors='replace').strip()}"
+        )
+
+
+class OutputTooLarge(InvalidRequest):
+    """A command in the sandbox wrote more than the host would take."""
+
+
+def load_deleted(path: Path) -> list[str]:
+    """An fs snapshot's list of deleted paths: absolute sandbox paths (raw bytes, base64)."""
+    try:
+        items = json.loads(path.read_bytes())
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ValueError("not a list of strings")
+        paths = [os.fsdecode(fs_capture.check_path(base64.b64decode(i))) for i in items]
+    except (ValueError, fs_capture.BadListing) as exc:
+        raise InvalidRequest(f"the snapshot's list of deleted paths is not valid: {exc}") from exc
+    return paths
+
+
+class SnapshotService:
+    def __init__(self, sandboxes: SandboxService, lifecycle: LifecycleService) -> None:
+        self.sb = sandboxes
+        self.lifecycle = lifecycle
+        self.db = sandboxes.db
+        self.dir = sandboxes.settings.data_dir / "snapshots"
+
+    async def start(self) -> None:
+        """Drop snapshots whose image was never sealed (a crash while snapshotting)."""
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for record in self.db.snapshots.list():
+            if record.state != "ready" or not image_complete(record.image_path):
+                log.warning("snapshot %s: incomplete after a restart; removing it", record.name)
+                self._remove_image(record.image_path)
+                self.db.snapshots.delete(record.name)
+        for partial in self.dir.glob("*.partial"):
+            self._remove_image(partial)
+
+    def _remove_image(self, image_path: Path | str) -> None:
+        """Remove a snapshot image, only if it lies inside the snapshots dir."""
+        try:
+            target = inside(self.dir, image_path)
+        except PathEscape as exc:
+            log.error("not removing snapshot image %s: %s", image_path, exc)
+            return
+        shutil.rmtree(target, ignore_errors=True)
+
+    def list(self) -> list[SnapshotRecord]:
+        return [s for s in self.db.snapshots.list() if s.state == "ready"]
+
+    def get(self, name: str) -> SnapshotRecord:
+        record = self.db.snapshots.get(name)
+        if record is None or record.state != "ready":
+            raise NotFound(f"snapshot {name!r} not found")
+        return record
+
+    async def remove(self, name: str) -> None:
+        record = self.get(name)
+        self.db.snapshots.delete(name)
+        if self.sb.secrets is not None:
+            self.sb.secrets.forget(snapshot_owner(name))
+        await asyncio.to_thread(self._remove_image, record.image_path)
+
+    # ---------------------------------------------------------------------------- take
+    async def take(
+        self, sandbox_id: str, name: str, *, fs_only: bool = False, allow_secrets: bool = False
+    ) -> SnapshotRecord:
+        check_name(name)
+        async with self.sb.lock(sandbox_id):
+            source = self.sb.get(sandbox_id)
+            require_state(source, "snapshot", "running")
+            if not fs_only:
+                refuse_secrets(source, "memory snapshot")
+            elif source.secret_keys and not allow_secrets:
+                raise StateConflict(
+                    f"sandbox {sandbox_id} holds secrets ({', '.join(source.secret_keys)}); its "
+                    "files may contain them too. Pass allow_secrets (--allow-secrets) to take a "
+                    "filesystem-only snapshot anyway",
+                    code="secret_bearing",
+                )
+            if self.db.snapshots.get(name) is not None:
+                raise StateConflict(f"snapshot {name!r} already exists; remove it or pick another")
+            await self._check_space(source, fs_only)
+            partial, final = inside(self.dir, f"{name}.partial"), inside(self.dir, name)
+            self._remove_image(partial)
+            template = self.sb.templates.get(source.template)
+            record = SnapshotRecord(
+                name=name,
+                state="creating",
+                kind="fs" if fs_only else "memory",
+                source_id=source.id,
+                template=source.template,
+                cpu=source.cpu,
+                memory_mib=source.memory_mib,
+                disk_mib=source.disk_mib,
+                env=dict(source.env),
+                image_path=str(final),
+                created_at=time.time(),
+                image=self.sb.templates.image_of(source.id) or template.image,
+            )
+            self.db.snapshots.add(record)
+            self.db.sandboxes.update(sandbox_id, operation="snapshotting")
+            try:
+                if fs_only:
+                    await self._capture_files(source, partial)
+                else:
+                    self.lifecycle.crash_point("snapshot:before-checkpoint")
+                    await self.sb.checkpoint(sandbox_id, partial, leave_running=True)
+                self.lifecycle.crash_point("snapshot:after-checkpoint")
+                await asyncio.to_thread(seal_image, partial, final, root=self.dir)
+            except BaseException as exc:
+                self._remove_image(partial)
+                self.db.snapshots.delete(name)
+                if isinstance(exc, RuntimeFailure):
+                    raise OperationFailed(f"snapshotting sandbox {sandbox_id}: {exc}") from exc
+                raise
+            finally:
+                with contextlib.suppress(KeyError):
+                    self.db.sandboxes.update(sandbox_id, operation=None)
+            if not fs_only and self.sb.secrets is not None:
+                # Its memory holds the source's placeholders: what it restores into gets them.
+                self.sb.secrets.inherit(snapshot_owner(name), sandbox_id)
+            size = await asyncio.to_thread(image_size_mib, final)
+            log.info(
+                "sandbox %s: snapshot %s taken (%s, %d MiB)", sandbox_id, name, record.kind, size
+            )
+            return self.db.snapshots.update(name, state="ready", size_mib=size)
+
+    async def _check_space(self, source: SandboxRecord, fs_only: bool) -> None:
+        used = source.disk_mib
+        with contextlib.suppress(RuntimeFailure):
+            used = await self.sb.runtime.disk_usage_mib(source.id)
+        estimate = used if fs_only else source.memory_mib + used
+        host_free = shutil.disk_usage(self.dir).free // (1024 * 1024)
+        free = min(host_free, int(self.sb.capacity().disk.free))
+        if estimate > free:
+            raise CapacityExceeded(
+                f"cannot snapshot sandbox {source.id}: the image may take up to {estimate} MiB "
+                f"of disk and only {free} MiB is free"
+            )
+
+    async def _capture_files(self, source: SandboxRecord, partial: Path) -> None:
+        """Tar the files that differ from the sandbox's image, and list the image's deleted
+        paths. The sandbox's upper layer lives in gVisor's filestore, which the host cannot read
+        as a tree, so the lists and the tar are made inside the sandbox, by the daemon's own
+        interpreter (injected read-only, see ``fs_capture``), never the image's tools. Their
+        output is bounded and parsed as hostile: the host compares the listing with its own
+        walk of the image and never joins a path from the sandbox onto a host path."""
+        client = self.sb.agent(source.id, "snapshot")
+        rootfs = self.sb.rootfs_of(source)
+        python = self.sb.injected_python()
+        partial.mkdir(parents=True)
+        what = f"snapshotting the files of sandbox {source.id}"
+        max_files = self.sb.settings.snapshot_max_files
+        listing = fs_capture.BoundedBuffer()
+        try:
+            await run_collect(
+                client,
+                [*python, "-c", fs_capture.LIST_SCRIPT, str(max_files)],
+                listing,
+                what,
+                limit=fs_capture.listing_limit(max_files),
+            )
+        except OutputTooLarge as exc:
+            raise InvalidRequest(
+                f"cannot snapshot the files of sandbox {source.id}: it holds more than "
+                f"{max_files} files (or its listing passed the limit); remove files or take a "
+                "memory snapshot"
+            ) from exc
+        entries = await asyncio.to_thread(fs_capture.parse_listing, listing.data(), max_files)
+        image = await asyncio.to_thread(fs_capture.walk_image, rootfs)
+        changed, deleted = fs_capture.compare(entries, image)
+        (partial / FS_DELETED).write_text(
+            json.dumps([base64.b64encode(path).decode() for path in deleted])
+        )
+        limit = source.disk_mib * 1024 * 1024 + len(changed) * 2048 + (8 << 20)
+        with open(partial / FS_ARCHIVE, "wb") as sink:
+            if changed:
+                await client.write_file(LIST_FILE, b"\0".join(changed), mode=0o600, parents=True)
+                tar = [*python, "-c", fs_capture.TAR_SCRIPT, LIST_FILE]
+                try:
+                    await run_collect(client, tar, sink, what, limit=limit)
+                except OutputTooLarge as exc:
+                    raise InvalidRequest(
+                        f"cannot snapshot the files of sandbox {source.id}: its files came to "
+                        f"more than its {source.disk_mib} MiB disk"
+                    ) from exc
+                with contextlib.suppress(AgentError):
+                    await client.remove(LIST_FILE, False)
+            sink.flush()
+            os.fsync(sink.fileno())
+
+    # ------------------------------------------------------------------------- restore
+    async def restore(self, name: str, request: CreateRequest) -> SandboxRecord:
+        """A new sandbox from a snapshot. A memory snapshot keeps its resources (its processes
+        were sized for them); cpu may be changed, and metadata, ttl and lifecycle options apply."""
+        snapshot = self.get(name)
+        if snapshot.kind == "fs":
+            request.template = snapshot.template
+            request.env = {**snapshot.env, **request.env}
+            request.memory_mib = request.memory_mib or snapshot.memory_mib
+            request.disk_mib = request.disk_mib or snapshot.disk_mib
+            record = await self.sb.create(request)
+            try:
+                await self._apply_files(record, inside(self.dir, snapshot.image_path))
+            except BaseException:
+                await self.sb.kill(record.id)
+                raise
+            return self.sb.get(record.id)
+        request.template = snapshot.template
+        if request.memory_mib not in (None, snapshot.memory_mib):
+            raise InvalidRequest(
+                f"snapshot {name!r} holds a memory image of a {snapshot.memory_mib} MiB sandbox; "
+                "its memory cannot be changed"
+            )
+        if request.disk_mib not in (None, snapshot.disk_mib):
+            raise InvalidRequest(
+                f"snapshot {name!r} holds a memory image of a sandbox with a {snapshot.disk_mib} "
+                "MiB disk (its root's size is in that memory); its disk cannot be changed"
+            )
+        request.memory_mib = snapshot.memory_mib
+        request.disk_mib = snapshot.disk_mib
+        request.cpu = request.cpu or snapshot.cpu
+        if request.secret_env:
+            raise InvalidRequest("secret env cannot be given to a sandbox restored from memory")
+        source = self.db.sandboxes.get(snapshot.source_id) if snapshot.source_id else None
+        if source is not None and request.network is None and not (request.allow or request.deny):
+            stored = self.sb.policy_of(source).to_json()  # the source's rules come back with it
+            request.network, request.allow, request.deny = (
+                stored["mode"],
+                stored["allow"],
+                stored["deny"],
+            )
+        cpu, memory, disk, expires = self.sb.resolve(request)
+        record = self.sb.new_record(
+            request,
+            snapshot.template,
+            (cpu, memory, disk),
+            expires,
+            env={**snapshot.env, **request.env},
+            operation="restoring",
+            parent_id=snapshot.source_id,
+        )
+        template = self.sb.templates.get(snapshot.template)
+        secrets = self.sb.secrets
+        if secrets is not None:
+            secrets.inherit(record.id, snapshot_owner(name))
+        try:
+            return await self.sb.launch(
+                record,
+                template,
+                image=snapshot.image or template.image,
+                env=record.env,
+                image_dir=inside(self.dir, snapshot.image_path),
+                configure=bool(request.env),
+            )
+        except BaseException:
+            if secrets is not None:
+                secrets.forget(record.id)
+            raise
+
+    async def _apply_files(self, record: SandboxRecord, image: Path) -> None:
+        client = self.sb.agent(record.id, "restore files into")
+        what = f"restoring files into sandbox {record.id}"
+        archive = image / FS_ARCHIVE
+        deleted = await asyncio.to_thread(load_deleted, image / FS_DELETED)
+        if archive.stat().st_size:
+            await client.write_file(RESTORE_TAR, _read_chunks(archive), mode=0o600, parents=True)
+            await run_collect(
+                client,
+                [*self.sb.injected_python(), "-c", fs_capture.EXTRACT_SCRIPT, RESTORE_TAR],
+                fs_capture.BoundedBuffer(),
+                what,
+                limit=1 << 20,
+            )
+        for path in deleted:
+            with contextlib.suppress(AgentError):
+                await client.remove(path, True)
+
+
+async def _read_chunks(path: Path, size: int = 1 << 20) -> Any:
+    with open(path, "rb") as handle:
+        while chunk := await asyncio.to_thread(handle.read, size):
+            yield chunk

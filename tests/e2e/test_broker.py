@@ -1,0 +1,399 @@
+"""Brokered secrets end to end: a real daemon and gVisor sandboxes whose egress leads to a fake
+upstream behind its own test CA, in a namespace this module makes (``fake_upstream.py``: HTTPS on
+two addresses, plain HTTP, DNS; only a veth and one route of our own, removed afterwards).
+
+The upstream sees the real value; the sandbox never does -- not in its env, files, /proc, its
+memory image after a park, its export, the daemon's log or any API answer -- and every request
+that must not get the value (an unbound host, a Host or address that disagrees with the SNI, a
+redirect to another host, plain HTTP) carries the placeholder.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import secrets
+import struct
+import subprocess
+import sys
+import tarfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from corral import Client, Sandbox
+from tests.broker_lab import make_test_ca
+from tests.e2e.conftest import Daemon, leftover_namespaces, start_daemon, stop_daemon
+
+FAKE = Path(__file__).with_name("fake_upstream.py")
+VALUE = "live-" + secrets.token_hex(12)
+VALUE2 = "rotated-" + secrets.token_hex(12)
+AWS_KEY_ID, AWS_SECRET = "AKIDREAL" + secrets.token_hex(4).upper(), "aws-" + secrets.token_hex(16)
+
+
+@dataclass
+class Lab:
+    netns: str
+    uplink: str
+    api: str
+    other: str
+    dns: str
+    ca: Path
+    log: Path
+
+    def requests(self) -> list[dict[str, object]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def last(self, target_prefix: str) -> dict[str, object]:
+        found = [r for r in self.requests() if str(r["target"]).startswith(target_prefix)]
+        assert found, f"the upstream saw no request for {target_prefix}: {self.requests()}"
+        return found[-1]
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    subprocess.run(["ip", *args], check=check, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """198.19.N.0/24 (N random, so parallel runs of other network tests keep their own): API .2,
+    OTHER .3, DNS .53; the veth link is .249/.250."""
+    n = random.randrange(256)
+    net = f"198.19.{n}"
+    prefix = "sk" + secrets.token_hex(2)
+    netns, uplink, inner = f"{prefix}-up", f"{prefix}-o", f"{prefix}-i"
+    api, other, dns = f"{net}.2", f"{net}.3", f"{net}.53"
+    ours, theirs, routed = f"{net}.249", f"{net}.250", f"{net}.0/25"
+    work = tmp_path_factory.mktemp("broker-lab")
+    ca, server_pem = make_test_ca(work, ["api.sec.test", "other.sec.test", "s3.sec.test"])
+    log = work / "upstream.jsonl"
+    zone = {"api.sec.test": api, "other.sec.test": other, "s3.sec.test": api}
+    args = [json.dumps(zone), str(server_pem), str(log)]
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        _ip("netns", "add", netns)
+        _ip("link", "add", uplink, "type", "veth", "peer", "name", inner)
+        _ip("link", "set", inner, "netns", netns)
+        _ip("addr", "add", f"{ours}/30", "dev", uplink)
+        _ip("link", "set", uplink, "up")
+        _ip("-n", netns, "addr", "add", f"{theirs}/30", "dev", inner)
+        _ip("-n", netns, "link", "set", inner, "up")
+        _ip("-n", netns, "link", "set", "lo", "up")
+        for address in (api, other, dns):
+            _ip("-n", netns, "addr", "add", f"{address}/32", "dev", "lo")
+        _ip("route", "add", routed, "via", theirs, "dev", uplink)
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, str(FAKE), api, other, dns, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={
+                "REAL_AWS_KEY_ID": AWS_KEY_ID,
+                "REAL_AWS_SECRET": AWS_SECRET,
+                "PATH": "/usr/bin:/bin",
+            },
+        )
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == b"ready"
+        yield Lab(netns, uplink, api, other, dns, ca, log)
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        _ip("route", "del", routed, "via", theirs, "dev", uplink, check=False)
+        _ip("link", "del", uplink, check=False)
+        _ip("netns", "del", netns, check=False)
+
+
+@pytest.fixture(scope="module")
+def brokerd(tmp_path_factory: pytest.TempPathFactory, lab: Lab) -> Iterator[Daemon]:
+    prefix = "cb" + secrets.token_hex(2)
+    data_dir = tmp_path_factory.mktemp("brokerd") / "data"
+    daemon = start_daemon(
+        data_dir,
+        prefix,
+        extra_env={
+            "CORRAL_DNS_UPSTREAMS": lab.dns,
+            "CORRAL_EGRESS_UPLINKS": lab.uplink,
+            "CORRAL_NETWORK_MODES": "internet,airgapped",
+            "CORRAL_BROKER_UPSTREAM_CA": str(lab.ca),
+        },
+    )
+    try:
+        yield daemon
+    finally:
+        stop_daemon(daemon)
+        left = leftover_namespaces(prefix)
+        for name in left:
+            if name.startswith("nft:"):
+                subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
+            else:
+                subprocess.run(["ip", "netns", "del", name], check=False)
+        assert not left, f"namespaces left behind: {left}\n{daemon.log()[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def sbx(brokerd: Daemon) -> Iterator[Sandbox]:
+    """Secrets set through the CLI (values on stdin), a sandbox made with `corral new`."""
+    made = brokerd.cli(
+        "secret",
+        "set",
+        "API_TOKEN",
+        "--preset",
+        "http",
+        "--host",
+        "api.sec.test",
+        "--body",
+        input=VALUE.encode() + b"\n",
+    )
+    assert made.returncode == 0, made.stderr
+    made = brokerd.cli(
+        "secret",
+        "set",
+        "AWS",
+        "--preset",
+        "aws",
+        "--host",
+        "s3.sec.test",
+        input=f"{AWS_KEY_ID}:{AWS_SECRET}".encode(),
+    )
+    assert made.returncode == 0, made.stderr
+    created = brokerd.cli(
+        "new",
+        "--network",
+        "internet",
+        "--secret",
+        "API_TOKEN",
+        "--secret",
+        "AWS",
+        "--secret-file",
+        "API_TOKEN:/root/.api-token",
+        "--json",
+    )
+    assert created.returncode == 0, created.stderr
+    sandbox_id = json.loads(created.stdout)["id"]
+    with Client(brokerd.url, brokerd.key) as client:
+        sandbox = client.sandbox(sandbox_id)
+        try:
+            yield sandbox
+        finally:
+            sandbox.kill()
+
+
+def image_bytes(path: Path) -> bytes:
+    """A file of a memory image as bytes to search: a gVisor state file ("gVisorSF", metadata,
+    32-byte HMAC, chunk size, then [length][raw deflate] chunks) decompressed, else as is."""
+    data = path.read_bytes()
+    if not data.startswith(b"gVisorSF"):
+        return data
+    pos = 16 + struct.unpack(">Q", data[8:16])[0] + 32 + 4
+    out = []
+    while pos + 4 <= len(data):
+        size = struct.unpack(">I", data[pos : pos + 4])[0]
+        out.append(zlib.decompressobj(-15).decompress(data[pos + 4 : pos + 4 + size]))
+        pos += 4 + size
+    return b"".join(out)
+
+
+def sh(sbx: Sandbox, script: str) -> str:
+    result = sbx.exec(["sh", "-c", script], timeout=30)
+    assert result.exit_code == 0, f"{script}: {result.exit_code} {result.stdout} {result.stderr}"
+    return result.stdout
+
+
+def saw(request: dict[str, object], header: str) -> str:
+    return (
+        str(request["headers"]).lower()
+        if header == "*"
+        else str(
+            request["headers"].get(header, "")  # type: ignore[attr-defined]
+        )
+    )
+
+
+def test_the_upstream_gets_the_value_where_the_binding_allows(sbx: Sandbox, lab: Lab) -> None:
+    placeholder = sh(sbx, 'printf %s "$API_TOKEN"')
+    assert placeholder.startswith("corral-ph-") and VALUE not in placeholder
+    assert sh(sbx, "cat /root/.api-token").strip() == placeholder
+    # curl trusts the broker's CA through the system bundle; python through SSL_CERT_FILE.
+    assert (
+        sh(
+            sbx,
+            'curl -sS -H "Authorization: Bearer $API_TOKEN" '
+            '"https://api.sec.test/get?key=$API_TOKEN"',
+        )
+        == "ok\n"
+    )
+    got = lab.last("/get")
+    assert saw(got, "authorization") == f"Bearer {VALUE}"
+    assert got["target"] == f"/get?key={VALUE}"
+    sh(sbx, 'curl -sS -u "x-access-token:$API_TOKEN" https://api.sec.test/basic')
+    basic = saw(lab.last("/basic"), "authorization")
+    assert base64.b64decode(basic.split()[1]).decode() == f"x-access-token:{VALUE}"
+    sh(sbx, 'curl -sS -d "{\\"key\\": \\"$API_TOKEN\\"}" https://api.sec.test/post')
+    assert lab.last("/post")["body"] == f'{{"key": "{VALUE}"}}'
+    sh(
+        sbx,
+        "python3 -c \"import os, urllib.request as u; r = u.Request('https://api.sec.test/py',"
+        " headers={'X-Key': os.environ['API_TOKEN']}); print(u.urlopen(r).read())\"",
+    )
+    assert saw(lab.last("/py"), "x-key") == VALUE
+
+
+def test_every_other_request_carries_the_placeholder(sbx: Sandbox, lab: Lab) -> None:
+    placeholder = sh(sbx, 'printf %s "$API_TOKEN"')
+    head = '-H "X-Key: $API_TOKEN"'
+    # An unbound host: spliced, so the sandbox sees the upstream's own (untrusted) certificate.
+    sh(sbx, f"curl -sSk {head} https://other.sec.test/unbound")
+    # A Host that disagrees with the SNI.
+    sh(sbx, f'curl -sS {head} -H "Host: other.sec.test" https://api.sec.test/hostmismatch')
+    # The bound name, but at an address its resolver never gave for it.
+    sh(sbx, f"curl -sSk {head} --resolve api.sec.test:443:{lab.other} https://api.sec.test/addr")
+    # A redirect to another host: the second request goes to an unbound name.
+    sh(sbx, f"curl -sSk -L --location-trusted {head} https://api.sec.test/redirect")
+    # Plain HTTP to the bound host.
+    sh(sbx, f"curl -sS {head} http://api.sec.test/plain")
+    for target in ("/unbound", "/hostmismatch", "/addr", "/landing", "/plain"):
+        got = lab.last(target)
+        assert saw(got, "x-key") == placeholder, (target, got)
+        assert VALUE not in json.dumps(got)
+    assert lab.last("/addr")["server"] == lab.other and lab.last("/landing")["server"] == lab.other
+    assert saw(lab.last("/redirect"), "x-key") == VALUE  # the bound request itself did get it
+
+
+def test_sigv4_is_resigned_with_the_real_keys(sbx: Sandbox, lab: Lab) -> None:
+    out = sh(
+        sbx,
+        'curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" '
+        '--user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" '
+        "-X PUT --data-binary object-data https://s3.sec.test/bucket/key.txt",
+    )
+    assert out == "verified\n"
+    got = lab.last("/bucket/key.txt")
+    assert got["sigv4_valid"] is True and AWS_KEY_ID in saw(got, "authorization")
+    assert AWS_SECRET not in sh(sbx, "env")
+
+
+def test_the_value_is_nowhere_in_the_sandbox_its_image_export_or_answers(
+    brokerd: Daemon, sbx: Sandbox, lab: Lab, tmp_path: Path
+) -> None:
+    values = (VALUE, AWS_SECRET)
+    sh(sbx, 'curl -sS -H "X-Key: $API_TOKEN" https://api.sec.test/audited')
+    # Everything the sandbox's processes and files hold is read out and searched here, on the
+    # host (a search inside would put the value into the sandbox, in its own argv).
+    dump = sbx.exec(
+        [
+            "sh",
+            "-c",
+            "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null; "
+            "find /root /tmp /etc /run /var/tmp -xdev -type f -size -4M -exec cat {} + 2>/dev/null;"
+            " true",
+        ],
+        timeout=60,
+    ).stdout
+    assert "corral-ph-" in dump and "BEGIN CERTIFICATE" in dump  # it did read env and files
+    assert all(v not in dump for v in values)
+    answers = [
+        brokerd.cli("info", sbx.id, "--json").stdout,
+        brokerd.cli("ls", "--json").stdout,
+        brokerd.cli("secret", "ls", "--json").stdout,
+        brokerd.cli("secret", "log", "--json").stdout,
+    ]
+    with brokerd.client() as http:
+        answers += [http.get(p).content for p in ("/v1/secrets", "/v1/sandboxes", "/openapi.json")]
+    for answer in answers:
+        assert all(v.encode() not in answer for v in values)
+    log = json.loads(brokerd.cli("secret", "log", "API_TOKEN", "--json").stdout)
+    assert (sbx.id, "api.sec.test", "GET", "/audited") in {
+        (e["sandbox_id"], e["host"], e["method"], e["path"]) for e in log
+    }
+    # A memory snapshot is allowed (nothing secret inside); park, search the image, export it.
+    assert brokerd.cli("snapshot", sbx.id, "brokered-snap").returncode == 0
+    assert brokerd.cli("park", sbx.id).returncode == 0
+    image = [p for p in (brokerd.data_dir / "parked").rglob("*") if p.is_file()]
+    assert image
+    placeholder_seen = False
+    for path in image:
+        data = image_bytes(path)
+        assert all(v.encode() not in data for v in values), path
+        placeholder_seen |= b"corral-ph-" in data
+    assert placeholder_seen  # the search looked where the env lives
+    exported = tmp_path / "export.tar"
+    assert brokerd.cli("export", sbx.id, str(exported)).returncode == 0
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(exported) as tar:
+        tar.extractall(unpacked, filter="data")
+    members = [p for p in unpacked.rglob("*") if p.is_file()]
+    assert any(p.name == "checkpoint.img" for p in members)
+    for path in members:
+        assert all(v.encode() not in image_bytes(path) for v in values), path
+    assert brokerd.cli("wake", sbx.id).returncode == 0
+    sh(sbx, 'curl -sS -H "X-Key: $API_TOKEN" https://api.sec.test/afterwake')
+    assert saw(lab.last("/afterwake"), "x-key") == VALUE
+    assert all(v not in brokerd.log() for v in values)
+
+
+def test_a_fork_is_brokered_too(brokerd: Daemon, sbx: Sandbox, lab: Lab) -> None:
+    forked = json.loads(brokerd.cli("fork", sbx.id, "--json").stdout)
+    with Client(brokerd.url, brokerd.key) as client:
+        child = client.sandbox(forked[0]["id"])
+        try:
+            sh(child, 'curl -sS -H "X-Key: $API_TOKEN" https://api.sec.test/fromfork')
+            assert saw(lab.last("/fromfork"), "x-key") == VALUE
+            log = client.secret_log("API_TOKEN", child.id)
+            assert [e.path for e in log] == ["/fromfork"]
+        finally:
+            child.kill()
+
+
+def test_a_memory_snapshot_restores_with_its_bindings(brokerd: Daemon, lab: Lab) -> None:
+    restored = brokerd.cli("new", "--snapshot", "brokered-snap", "--json")
+    assert restored.returncode == 0, restored.stderr
+    with Client(brokerd.url, brokerd.key) as client:
+        child = client.sandbox(json.loads(restored.stdout)["id"])
+        try:
+            sh(child, 'curl -sS -H "X-Key: $API_TOKEN" https://api.sec.test/fromsnapshot')
+            assert saw(lab.last("/fromsnapshot"), "x-key") == VALUE
+        finally:
+            child.kill()
+
+
+def test_sdk_sandboxes_get_their_own_placeholders(brokerd: Daemon, sbx: Sandbox, lab: Lab) -> None:
+    with Client(brokerd.url, brokerd.key) as client:
+        info = client.set_secret("SDK_KEY", VALUE2, hosts=["api.sec.test"], header="x-sdk-key")
+        assert info.header == "x-sdk-key" and VALUE2 not in repr(info)
+        other = client.create_sandbox(network="internet", secrets=["API_TOKEN", "SDK_KEY"])
+        try:
+            mine = sh(other, 'printf %s "$API_TOKEN"')
+            assert mine.startswith("corral-ph-") and mine != sh(sbx, 'printf %s "$API_TOKEN"')
+            sh(
+                other,
+                'curl -sS -H "X-Sdk-Key: $SDK_KEY" -H "X-Other: $SDK_KEY" https://api.sec.test/sdk',
+            )
+            got = lab.last("/sdk")
+            assert saw(got, "x-sdk-key") == VALUE2  # only its header gets it
+            assert saw(got, "x-other") == sh(other, 'printf %s "$SDK_KEY"')
+        finally:
+            other.kill()
+            client.remove_secret("SDK_KEY")
+
+
+def test_rotation_and_revocation_apply_to_the_running_sandbox(
+    brokerd: Daemon, sbx: Sandbox, lab: Lab
+) -> None:
+    # The next request after a rotation gets the new value (kept-alive connections too:
+    # tests/integration/network/test_broker.py).
+    rotated = brokerd.cli("secret", "rotate", "API_TOKEN", input=VALUE2.encode())
+    assert rotated.returncode == 0, rotated.stderr
+    sh(sbx, 'curl -sS -H "X-Key: $API_TOKEN" https://api.sec.test/rotated')
+    assert saw(lab.last("/rotated"), "x-key") == VALUE2
+    revoked = brokerd.cli("secret", "revoke", "API_TOKEN", "--sandbox", sbx.id)
+    assert revoked.returncode == 0, revoked.stderr
+    placeholder = sh(sbx, 'printf %s "$API_TOKEN"')
+    sh(sbx, 'curl -sSk -H "X-Key: $API_TOKEN" https://api.sec.test/revoked')
+    assert saw(lab.last("/revoked"), "x-key") == placeholder

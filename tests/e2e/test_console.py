@@ -1,0 +1,233 @@
+"""The web console in a real browser (Debian's Chromium, headless, driven by Playwright) against
+a real daemon: log in with `corral console`'s link, read the workspace, create, park, wake and
+kill from the table, use the terminal (type, Ctrl-C, reload and reattach), upload, view and
+download a file, change the network mode, build a template and watch its log.
+
+Screenshots of each page go to a temporary directory (printed; not kept in the repository).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from corral.console.static import BUILT
+from tests.e2e.conftest import Daemon
+from tests.e2e.test_pty import WAIT_FOREGROUND_SLEEP
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# As root, on a machine with no network but loopback: no sandbox, no background connections.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = Path(os.environ.get("CORRAL_CONSOLE_SHOTS") or tmp_path_factory.mktemp("console"))
+    where.mkdir(parents=True, exist_ok=True)
+    print(f"console screenshots in {where}")
+    return where
+
+
+@pytest.fixture(scope="module")
+def page(daemon: Daemon) -> Iterator[Page]:
+    if not (BUILT / "index.html").is_file():
+        raise RuntimeError(f"the console is not built in {BUILT}: run ./scripts/setup")
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError("Debian's chromium is not installed: run ./scripts/setup")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        context = browser.new_context(
+            viewport={"width": 1440, "height": 900}, accept_downloads=True
+        )
+        context.set_default_timeout(TIMEOUT_MS)
+        tab = context.new_page()
+        try:
+            yield tab
+        finally:
+            context.close()
+            browser.close()
+
+
+def terminal_text(page: Page) -> str:
+    return page.locator(".xterm-rows").inner_text()
+
+
+def wait_terminal(page: Page, pattern: str) -> None:
+    expect(page.locator(".xterm-rows")).to_contain_text(re.compile(pattern), timeout=TIMEOUT_MS)
+
+
+def type_line(page: Page, line: str) -> None:
+    page.locator(".xterm").click()
+    page.keyboard.type(line)
+    page.keyboard.press("Enter")
+
+
+def test_log_in_with_the_link_and_see_the_workspace(
+    daemon: Daemon, page: Page, shots: Path
+) -> None:
+    link = daemon.cli("console").stdout.decode().strip()
+    assert re.fullmatch(re.escape(daemon.url) + r"/console/#login=[\w-]+", link), link
+    page.goto(link)
+    expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
+    expect(page.get_by_role("region", name="CPU")).to_contain_text("vCPU")
+    expect(page.get_by_role("region", name="Memory")).to_contain_text("MiB")
+    expect(page.locator("nav")).to_contain_text("admin")
+    assert "#login=" not in page.url  # the token left the address bar
+    page.screenshot(path=shots / "workspace.png", full_page=True)
+
+    # The same link a second time: refused, and the page says why.
+    other = page.context.browser.new_context()
+    try:
+        again = other.new_page()
+        again.goto(link)
+        expect(again.get_by_role("alert")).to_contain_text("already used or has expired")
+        again.screenshot(path=shots / "login-reused.png")
+    finally:
+        other.close()
+
+
+def test_create_park_wake_from_the_table(daemon: Daemon, page: Page, shots: Path) -> None:
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    form = page.get_by_role("form", name="New sandbox")
+    form.get_by_label("Memory MiB").fill("256")
+    form.get_by_role("button", name="New sandbox").click()
+    row = page.locator("table.sandboxes tbody tr[data-id]").first
+    expect(row.get_by_test_id("state")).to_have_text("running")
+    sandbox_id = row.get_attribute("data-id")
+    page.screenshot(path=shots / "sandboxes.png", full_page=True)
+
+    row.get_by_role("button", name="Park").click()
+    expect(row.get_by_test_id("state")).to_have_text("parked")
+    with daemon.client() as api:
+        assert api.get(f"/v1/sandboxes/{sandbox_id}").json()["state"] == "parked"
+    row.get_by_role("button", name="Wake").click()
+    expect(row.get_by_test_id("state")).to_have_text("running")
+
+    # The workspace page counts it, and its recent events show the changes.
+    page.get_by_role("link", name="Workspace").click()
+    expect(page.get_by_test_id("count-running")).not_to_have_text("0")
+    expect(page.locator("table.events")).to_contain_text("parked")
+
+
+def test_terminal_types_interrupts_and_reattaches_after_a_reload(
+    daemon: Daemon, page: Page, shots: Path
+) -> None:
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    row = page.locator("table.sandboxes tbody tr[data-id]").first
+    row.get_by_role("link").click()
+    expect(page.get_by_test_id("terminal-status")).to_contain_text("opened terminal")
+    type_line(page, "echo $((6*7)) in-console")
+    wait_terminal(page, r"42 in-console")
+    type_line(page, "sleep 100; echo after-sleep")
+    # Ctrl-C once the sleep holds the terminal (earlier, it would reach the shell instead).
+    sandbox_id = page.url.rsplit("/", 1)[-1].split("?")[0]
+    with daemon.client() as api:
+        waited = api.post(
+            f"/v1/sandboxes/{sandbox_id}/exec",
+            json={"cmd": ["python3", "-c", WAIT_FOREGROUND_SLEEP]},
+            timeout=60,
+        )
+        assert '"exit_code":0' in waited.text, waited.text
+    page.keyboard.press("Control+C")
+    type_line(page, "")  # gVisor leaves the ^C in the input line: end it
+    type_line(page, "printf '\\033[31mred-%s\\033[0m\\n' done; echo prompt-back")
+    wait_terminal(page, r"red-done")
+    assert terminal_text(page).count("after-sleep") == 1  # the typed line only: interrupted
+    # Colours reach the screen as colours (xterm.js styles the cell), not as escape codes.
+    red = page.locator(".xterm-rows span", has_text="red-done").last
+    assert "xterm-fg-1" in (red.get_attribute("class") or "")
+    page.screenshot(path=shots / "terminal.png", full_page=True)
+
+    wait_terminal(page, r"prompt-back\s*root@")  # the shell waits for input again
+
+    page.reload()
+    expect(page.get_by_test_id("terminal-status")).to_contain_text("reattached to terminal")
+    wait_terminal(page, r"42 in-console")  # the screen came back
+    wait_terminal(page, r"prompt-back\s*root@")
+    type_line(page, "echo again-$((2+3))")
+    wait_terminal(page, r"again-5")
+
+
+def test_files_upload_view_and_download(
+    daemon: Daemon, page: Page, shots: Path, tmp_path: Path
+) -> None:
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    page.locator("table.sandboxes tbody tr[data-id]").first.get_by_role("link").click()
+    page.get_by_role("tab", name="files").click()
+    page.get_by_label("Directory", exact=True).fill("/tmp")
+    page.get_by_role("button", name="Open", exact=True).click()
+    upload = tmp_path / "from-browser.txt"
+    upload.write_text("hello from the console\n")
+    page.get_by_label("Upload to this directory").set_input_files(upload)
+    entry = page.locator("tr", has_text="from-browser.txt")
+    expect(entry).to_be_visible()
+    entry.get_by_role("button", name="View").click()
+    expect(page.get_by_test_id("file-view")).to_have_text("hello from the console\n")
+    with page.expect_download() as download:
+        entry.get_by_role("link", name="Download").click()
+    assert Path(download.value.path()).read_text() == "hello from the console\n"
+    page.screenshot(path=shots / "files.png", full_page=True)
+
+
+def test_network_mode_changes_live(daemon: Daemon, page: Page, shots: Path) -> None:
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    row = page.locator("table.sandboxes tbody tr[data-id]").first
+    sandbox_id = row.get_attribute("data-id")
+    row.get_by_role("link").click()
+    page.get_by_role("tab", name="network").click()
+    form = page.get_by_role("form", name="Network")
+    form.get_by_label("Mode").select_option("project")
+    form.get_by_role("button", name="Apply live").click()
+    expect(form.get_by_role("status")).to_contain_text("Applied: project")
+    with daemon.client() as api:
+        assert api.get(f"/v1/sandboxes/{sandbox_id}").json()["network"]["mode"] == "project"
+    page.screenshot(path=shots / "network.png", full_page=True)
+
+
+def test_build_a_template_and_watch_its_log(daemon: Daemon, page: Page, shots: Path) -> None:
+    page.goto(f"{daemon.url}/console/#/templates")
+    form = page.get_by_role("form", name="Build a template")
+    form.get_by_label("Name").fill("from-console")
+    form.get_by_label("Run steps").fill("echo built-by-the-console")
+    form.get_by_role("button", name="Build").click()
+    expect(page.get_by_test_id("build-log")).to_contain_text("built-by-the-console")
+    expect(page.locator("main [role=status]")).to_contain_text("Built from-console")
+    expect(page.locator("table")).to_contain_text("from-console")
+    page.screenshot(path=shots / "templates.png", full_page=True)
+
+
+def test_kill_asks_first(daemon: Daemon, page: Page, shots: Path) -> None:
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    row = page.locator("table.sandboxes tbody tr[data-id]").first
+    sandbox_id = row.get_attribute("data-id")
+    row.get_by_role("button", name="Kill").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text(f"Kill {sandbox_id}?")
+    page.screenshot(path=shots / "kill-confirm.png")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(row.get_by_test_id("state")).to_have_text("running")
+    row.get_by_role("button", name="Kill").click()
+    page.get_by_role("dialog").get_by_role("button", name="Kill").click()
+    expect(page.locator(f'tr[data-id="{sandbox_id}"]')).to_have_count(0)
+    with daemon.client() as api:
+        assert api.get(f"/v1/sandboxes/{sandbox_id}").json()["state"] == "killed"
+    page.set_viewport_size({"width": 1024, "height": 768})  # a laptop
+    page.goto(f"{daemon.url}/console/#/")
+    page.screenshot(path=shots / "workspace-laptop.png", full_page=True)
