@@ -19,6 +19,7 @@ from corral.api.routes import (
     console,
     files,
     health,
+    ports,
     processes,
     recipes,
     sandboxes,
@@ -83,6 +84,7 @@ def create_app(
         snapshots,
         trust,
         services,
+        ports,
         secrets,
         console,
     ):

@@ -481,6 +481,33 @@ class RecipeList(BaseModel):
     recipes: list[Recipe]
 
 
+class PortOpen(BaseModel):
+    """Open a sandbox's port to inbound HTTP and WebSocket traffic through the daemon."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    port: int = Field(ge=1, le=65535)
+    public: bool = Field(default=False, description="reachable without the access token")
+
+
+class Port(BaseModel):
+    """An open port: ``url`` reaches it (the host-name route when the daemon has a domain for
+    them, else the path route); ``token`` is needed unless ``public``."""
+
+    sandbox_id: str
+    port: int
+    public: bool
+    url: str
+    path_url: str
+    host_url: str | None
+    token: str | None
+    created_at: float
+
+
+class PortList(BaseModel):
+    ports: list[Port]
+
+
 class SecretSet(BaseModel):
     """Store (or replace) a brokered secret. ``value`` is never returned or logged."""
 

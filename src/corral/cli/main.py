@@ -44,6 +44,7 @@ VERBS: dict[str, str] = {
     "snapshot": "corral.cli.snapshots:app",
     "trust": "corral.cli.trust:app",
     "service": "corral.cli.service:app",
+    "port": "corral.cli.ports:app",
     "secret": "corral.cli.secrets:app",
     "template": "corral.cli.templates:templates_app",
     "e2b": "corral.cli.e2b:app",

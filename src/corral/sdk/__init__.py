@@ -44,8 +44,10 @@ if TYPE_CHECKING:
         ImportResult,
         NetworkChange,
         NetworkPolicy,
+        PortInfo,
         ProcessEvent,
         ProcessInfo,
+        ProjectServiceInfo,
         ResourceUsage,
         SandboxInfo,
         SandboxOptions,
@@ -53,10 +55,21 @@ if TYPE_CHECKING:
         SecretInfo,
         SnapshotInfo,
         TemplateInfo,
+        TrustedKey,
         WriteResult,
+    )
+    from corral.sdk.network import (
+        AsyncNetwork,
+    )
+    from corral.sdk.ports import (
+        AsyncPorts,
     )
     from corral.sdk.process import (
         AsyncProcess,
+    )
+    from corral.sdk.pty import (
+        AsyncPty,
+        AsyncPtys,
     )
     from corral.sdk.sandbox import (
         AsyncSandbox,
@@ -65,7 +78,10 @@ if TYPE_CHECKING:
         Client,
         Files,
         Network,
+        Ports,
         Process,
+        Pty,
+        Ptys,
         Sandbox,
     )
     from corral.sdk.templates import (
@@ -79,7 +95,11 @@ _EXPORTS = {
     "APIError": "corral.sdk.errors",
     "AsyncClient": "corral.sdk.client",
     "AsyncFiles": "corral.sdk.files",
+    "AsyncNetwork": "corral.sdk.network",
+    "AsyncPorts": "corral.sdk.ports",
     "AsyncProcess": "corral.sdk.process",
+    "AsyncPty": "corral.sdk.pty",
+    "AsyncPtys": "corral.sdk.pty",
     "AsyncSandbox": "corral.sdk.sandbox",
     "AsyncTemplate": "corral.sdk.templates",
     "AuthenticationError": "corral.sdk.errors",
@@ -104,9 +124,14 @@ _EXPORTS = {
     "NoSpace": "corral.sdk.errors",
     "NotFound": "corral.sdk.errors",
     "PermissionDenied": "corral.sdk.errors",
+    "PortInfo": "corral.sdk.models",
+    "Ports": "corral.sdk.sync",
     "Process": "corral.sdk.sync",
     "ProcessEvent": "corral.sdk.models",
     "ProcessInfo": "corral.sdk.models",
+    "ProjectServiceInfo": "corral.sdk.models",
+    "Pty": "corral.sdk.sync",
+    "Ptys": "corral.sdk.sync",
     "ResourceUsage": "corral.sdk.models",
     "Sandbox": "corral.sdk.sync",
     "SandboxInfo": "corral.sdk.models",
@@ -119,6 +144,7 @@ _EXPORTS = {
     "TemplateInfo": "corral.sdk.models",
     "Timeout": "corral.sdk.errors",
     "TooLarge": "corral.sdk.errors",
+    "TrustedKey": "corral.sdk.models",
     "UntrustedExport": "corral.sdk.errors",
     "WriteResult": "corral.sdk.models",
 }
@@ -127,7 +153,11 @@ __all__ = [
     "APIError",
     "AsyncClient",
     "AsyncFiles",
+    "AsyncNetwork",
+    "AsyncPorts",
     "AsyncProcess",
+    "AsyncPty",
+    "AsyncPtys",
     "AsyncSandbox",
     "AsyncTemplate",
     "AuthenticationError",
@@ -152,9 +182,14 @@ __all__ = [
     "NoSpace",
     "NotFound",
     "PermissionDenied",
+    "PortInfo",
+    "Ports",
     "Process",
     "ProcessEvent",
     "ProcessInfo",
+    "ProjectServiceInfo",
+    "Pty",
+    "Ptys",
     "ResourceUsage",
     "Sandbox",
     "SandboxInfo",
@@ -167,6 +202,7 @@ __all__ = [
     "TemplateInfo",
     "Timeout",
     "TooLarge",
+    "TrustedKey",
     "UntrustedExport",
     "WriteResult",
 ]

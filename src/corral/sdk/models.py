@@ -106,6 +106,34 @@ class NetworkChange(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
+class PortInfo(_Wire):
+    """An open port: `url` reaches it (`path_url` always works; `host_url` is the
+    `PORT-ID.<domain>` form when the daemon has a domain); `token` unless `public`."""
+
+    sandbox_id: str
+    port: int
+    public: bool
+    url: str
+    path_url: str
+    host_url: str | None = None
+    token: str | None = None
+    created_at: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> PortInfo:
+        return cls(
+            sandbox_id=str(data.get("sandbox_id") or ""),
+            port=int(data.get("port") or 0),
+            public=bool(data.get("public")),
+            url=str(data.get("url") or ""),
+            path_url=str(data.get("path_url") or ""),
+            host_url=data.get("host_url"),
+            token=data.get("token"),
+            created_at=float(data.get("created_at") or 0.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SandboxInfo(_Wire):
     """A sandbox as the daemon records it. `state` is one of creating, running, parked, stopped,
     killed, error.

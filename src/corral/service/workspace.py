@@ -28,6 +28,7 @@ from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.metrics import MetricsService
 from corral.service.pools import PoolService
+from corral.service.ports import PortService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
 from corral.service.sandboxes import SandboxService
@@ -63,6 +64,7 @@ class Workspace:
     pools: PoolService
     services: ProjectServices
     code: CodeService
+    ports: PortService
     secrets: SecretService
     metrics: MetricsService
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -128,6 +130,7 @@ class Workspace:
             pools=pools,
             services=ProjectServices(sandboxes),
             code=CodeService(sandboxes),
+            ports=PortService(sandboxes),
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
         )

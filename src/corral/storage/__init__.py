@@ -8,6 +8,7 @@ from corral.storage.db import Database
 from corral.storage.records import (
     ApiKeyRecord,
     ProjectServiceRecord,
+    SandboxPortRecord,
     SandboxRecord,
     SecretAuditRecord,
     SecretBindingRecord,
@@ -21,6 +22,7 @@ __all__ = [
     "ApiKeyRecord",
     "Database",
     "ProjectServiceRecord",
+    "SandboxPortRecord",
     "SandboxRecord",
     "SecretAuditRecord",
     "SecretBindingRecord",

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import sessionmaker
 
 from corral.storage.apikeys import ApiKeyRepository
+from corral.storage.ports import PortRepository
 from corral.storage.project_services import ProjectServiceRepository
 from corral.storage.sandboxes import SandboxRepository
 from corral.storage.secrets import SecretRepository
@@ -56,6 +57,7 @@ class Database:
         self.snapshots = SnapshotRepository(self._sessions)
         self.trusted_keys = TrustedKeyRepository(self._sessions)
         self.project_services = ProjectServiceRepository(self._sessions)
+        self.ports = PortRepository(self._sessions)
         self.secrets = SecretRepository(self._sessions)
 
     def _migrate(self) -> None:

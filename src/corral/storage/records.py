@@ -125,6 +125,18 @@ class TrustedKeyRecord:
 
 
 @dataclass(frozen=True)
+class SandboxPortRecord:
+    """A port of a sandbox opened to inbound traffic. ``nonce`` feeds the port's access token
+    (an HMAC under the workspace's secret), so closing and reopening a port changes its token."""
+
+    sandbox_id: str
+    port: int
+    public: bool
+    nonce: str
+    created_at: float
+
+
+@dataclass(frozen=True)
 class SecretRecord:
     """A brokered secret without its value: ``preset`` (``github``, ``openai``, ``anthropic``,
     ``http``, ``aws``), the host patterns it is bound to, the preset's ``options`` (header,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -130,6 +130,20 @@ class ProjectServiceRow(Base):
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     address: Mapped[str] = mapped_column(String(15))
     ports: Mapped[list[int]] = mapped_column(JSON, default=list)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class SandboxPortRow(Base):
+    """0008: a port of a sandbox opened to inbound traffic through the daemon."""
+
+    __tablename__ = "sandbox_ports"
+
+    sandbox_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("sandboxes.id", ondelete="CASCADE"), primary_key=True
+    )
+    port: Mapped[int] = mapped_column(Integer, primary_key=True)
+    public: Mapped[bool] = mapped_column(Boolean, default=False)
+    nonce: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Float)
 
 
