@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from corral.sdk.client import (
         AsyncClient,
     )
+    from corral.sdk.code import (
+        AsyncCode,
+        CodeContext,
+        Execution,
+    )
     from corral.sdk.errors import (
         APIError,
         AuthenticationError,
@@ -76,6 +81,7 @@ if TYPE_CHECKING:
     )
     from corral.sdk.sync import (
         Client,
+        Code,
         Files,
         Network,
         Ports,
@@ -92,6 +98,10 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "AsyncCode": "corral.sdk.code",
+    "Code": "corral.sdk.sync",
+    "CodeContext": "corral.sdk.code",
+    "Execution": "corral.sdk.code",
     "APIError": "corral.sdk.errors",
     "AsyncClient": "corral.sdk.client",
     "AsyncFiles": "corral.sdk.files",
@@ -152,6 +162,7 @@ _EXPORTS = {
 __all__ = [
     "APIError",
     "AsyncClient",
+    "AsyncCode",
     "AsyncFiles",
     "AsyncNetwork",
     "AsyncPorts",
@@ -166,12 +177,15 @@ __all__ = [
     "Capacity",
     "CapacityError",
     "Client",
+    "Code",
+    "CodeContext",
     "ConfigurationError",
     "Conflict",
     "ConnectionFailed",
     "CorralError",
     "ExecFailed",
     "ExecResult",
+    "Execution",
     "FileInfo",
     "Files",
     "ImportResult",

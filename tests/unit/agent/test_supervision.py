@@ -32,6 +32,10 @@ async def test_a_supervised_process_is_restarted_until_signalled_through_the_api
         running = [p for p in await servers() if p["running"]]
         return runs.exists() and runs.read_text().count("run") == 2 and len(running) == 1
 
+    async def started_once() -> bool:
+        return runs.exists() and runs.read_text().count("run") == 1
+
+    await _wait_for(started_once, "the first start")
     os.kill(first, signal.SIGKILL)  # a crash: not through the API
     await _wait_for(started_twice, "the restart after a crash")
     running = [p for p in await servers() if p["running"]]

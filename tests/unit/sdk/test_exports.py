@@ -14,7 +14,7 @@ import sys
 import corral
 import corral.sdk as sdk
 
-SYNC_TWINS = ["Client", "Files", "Network", "Ports", "Process", "Pty", "Ptys", "Sandbox"]
+SYNC_TWINS = ["Client", "Code", "Files", "Network", "Ports", "Process", "Pty", "Ptys", "Sandbox"]
 ASYNC_CORE = [f"Async{name}" for name in SYNC_TWINS]
 
 
@@ -28,7 +28,8 @@ def test_the_public_names() -> None:
             *("Conflict", "ConnectionFailed", "CorralError", "ExecFailed", "InvalidRequest"),
             *("NoSpace", "NotFound", "PermissionDenied", "SandboxUnavailable", "Timeout"),
             *("TooLarge", "UntrustedExport"),
-            *("Capacity", "ExecResult", "FileInfo", "ImportResult", "NetworkChange"),
+            *("Capacity", "CodeContext", "Execution", "ExecResult", "FileInfo", "ImportResult"),
+            *("NetworkChange",),
             *("NetworkPolicy", "PortInfo", "ProcessEvent", "ProcessInfo", "ProjectServiceInfo"),
             *("ResourceUsage", "SandboxInfo", "SandboxOptions", "SecretAuditEntry"),
             *("SecretInfo", "SnapshotInfo", "TemplateInfo", "TrustedKey", "WriteResult"),
