@@ -45,6 +45,8 @@ WRAPPED = [
     ("AsyncPty", "pty.py"),
     ("AsyncPtys", "pty.py"),
     ("AsyncSandbox", "sandbox.py"),
+    ("AsyncKeys", "workspace.py"),
+    ("AsyncPolicy", "workspace.py"),
     ("AsyncClient", "client.py"),
 ]
 # Classes users construct themselves: the sync twin takes the async constructor's parameters.
@@ -271,9 +273,10 @@ def generate_class(cls: ast.ClassDef, names: dict[str, str], imports: Imports) -
     for attr, wrapped in attributes:
         if wrapped is not None:
             out.append(f"        self.{attr} = {wrapped}(self._async.{attr})")
-    out.append("")
-    out.append("    def __repr__(self) -> str:")
-    out.append('        return repr(self._async).replace("<Async", "<", 1)')
+    if any(isinstance(n, ast.FunctionDef) and n.name == "__repr__" for n in cls.body):
+        out.append("")
+        out.append("    def __repr__(self) -> str:")
+        out.append('        return repr(self._async).replace("<Async", "<", 1)')
     for attr, wrapped in attributes:
         if wrapped is not None or (name, attr) in ASYNC_ONLY:
             continue

@@ -118,6 +118,9 @@ class Settings(BaseSettings):
     http_timeout_keep_alive: int = Field(default=5, ge=1)
     http_max_head_kib: int = Field(default=64, ge=4)
     http_backlog: int = Field(default=256, ge=16)
+    # Requests per second an API key that is not an admin may make (a key's own limit wins;
+    # 0: none). Bursts of two seconds' worth pass.
+    key_rate_limit: float = Field(default=50.0, ge=0)
     # Inbound ports (docs/network.md): the URL users reach this daemon at (default: the listen
     # address), and the domain of host-name routes ``PORT-ID.<domain>`` (default: ``localhost``
     # when the daemon listens on loopback, where browsers and curl resolve it; else none).

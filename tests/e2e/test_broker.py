@@ -134,9 +134,12 @@ def saw(request: dict[str, object], header: str) -> str:
     )
 
 
-def test_the_upstream_gets_the_value_where_the_binding_allows(sbx: Sandbox, lab: Lab) -> None:
+def test_the_upstream_gets_the_value_where_the_binding_allows(
+    brokerd: Daemon, sbx: Sandbox, lab: Lab
+) -> None:
     placeholder = sh(sbx, 'printf %s "$API_TOKEN"')
     assert placeholder.startswith("corral-ph-") and VALUE not in placeholder
+    assert "API_TOKEN AWS (brokered)" in brokerd.cli("info", sbx.id).stdout.decode()
     assert sh(sbx, "cat /root/.api-token").strip() == placeholder
     # curl trusts the broker's CA through the system bundle; python through SSL_CERT_FILE.
     assert (
@@ -287,6 +290,7 @@ def test_sdk_sandboxes_get_their_own_placeholders(brokerd: Daemon, sbx: Sandbox,
         assert info.header == "x-sdk-key" and VALUE2 not in repr(info)
         other = client.create_sandbox(network="internet", secrets=["API_TOKEN", "SDK_KEY"])
         try:
+            assert other.info().brokered_secrets == ["API_TOKEN", "SDK_KEY"]
             mine = sh(other, 'printf %s "$API_TOKEN"')
             assert mine.startswith("corral-ph-") and mine != sh(sbx, 'printf %s "$API_TOKEN"')
             sh(

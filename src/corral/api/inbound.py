@@ -14,13 +14,13 @@ the token in its query is answered with a redirect to the same URL without it th
 cookie (scoped to the route), so a browser can follow links while the token leaves the address
 bar. Then the sandbox is resolved (a parked sandbox with auto-wake wakes now) and connected to.
 
-Streaming: after the first request is accepted, both directions are copied as bytes with
-asyncio's buffered protocols (``recv_into`` a 256 KiB buffer, written straight to the other
-side, reading paused while the other side's write buffer is full). The proxy still finds the
-start of every later request on a kept-alive connection (``Content-Length`` bodies by counting,
-chunked ones through ``h11``): each head is checked against the first request's target and
-rewritten; a request for another sandbox or port (or the API) closes the connection. After an
-``Upgrade`` request (WebSocket) everything is copied as is.
+Streaming: once the first request is let through, the connection's socket is taken out of its
+asyncio transport and both directions are spliced in the kernel (``network/splice.py``): the
+answers as they come, the requests too, but the proxy still finds the start of every later
+request on a kept-alive connection (``Content-Length`` bodies spliced by count, chunked ones read
+through ``h11``): each head is checked against the first request's target and rewritten; a
+request for another sandbox or port (or the API) closes the connection. After an ``Upgrade``
+request (WebSocket) everything is spliced as is.
 
 Bounds: a request head at most ``max_head`` bytes (431), at most ``max_connections`` proxied
 connections at once (503), the upstream connect within ``connect_timeout`` (504). Errors are the
@@ -34,7 +34,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import re
+import socket
+import struct
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -42,6 +45,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 import h11
 
 from corral.errcodes import status_of
+from corral.network import splice
 from corral.service.errors import CorralError
 from corral.service.ports import PortService
 
@@ -52,8 +56,7 @@ log = logging.getLogger("corral.inbound")
 HEAD_END = b"\r\n\r\n"
 TOKEN_HEADER = b"x-corral-token"
 TOKEN_NAME = "corral_token"
-CHUNK = 256 * 1024
-HIGH_WATER = 1024 * 1024
+CHUNK = 256 * 1024  # one read of a chunked request body
 _PATH = re.compile(rb"^/sandboxes/(sb-[0-9a-z]{4,32})/ports/(\d{1,5})(/[^?#]*)?(\?.*)?$", re.S)
 _HOST = re.compile(rb"^(\d{1,5})-(sb-[0-9a-z]{4,32})\.", re.I)
 _REASONS = {
@@ -265,94 +268,109 @@ class InboundProxy:
 
     def take(self, transport: asyncio.Transport, request: InboundRequest, rest: bytes) -> None:
         """Serve a connection whose first head was ``request`` (``rest``: bytes read after it).
-        The transport's reading is paused until the sandbox is connected."""
-        transport.pause_reading()
-        task = asyncio.get_running_loop().create_task(self._serve(transport, request, rest))
+        The socket is taken out of its transport and driven directly from here on."""
+        client = _detach(transport)
+        task = asyncio.get_running_loop().create_task(self._serve(client, request, rest))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
-        for link in list(self._links):
-            link.abort()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _serve(
-        self, transport: asyncio.Transport, request: InboundRequest, rest: bytes
-    ) -> None:
+    async def _serve(self, client: socket.socket, request: InboundRequest, rest: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        upstream: socket.socket | None = None
+        clean = False
         try:
-            if len(self._links) >= self.max_connections:
-                raise _Refusal(503, "unavailable", "too many inbound connections; try again")
             try:
-                self.ports.check_access(request.sandbox_id, request.port, request.token)
-            except CorralError as exc:
-                raise _Refusal(status_of(exc.code), exc.code, exc.message) from None
-            navigation = request.method in (b"GET", b"HEAD") and not request.upgrade
-            if request.token_in_query and navigation:
-                transport.write(_cookie_redirect(request))
-                transport.close()
+                upstream = await self._open(client, request)
+            except _Refusal as refusal:
+                answer = error_answer(refusal.status, refusal.code, refusal.message, refusal.extra)
+                await loop.sock_sendall(client, answer)
+                clean = True
                 return
+            if upstream is None:
+                return
+            link = _Link(self, client, upstream, request)
+            self._links.add(link)
             try:
-                target = await self.ports.resolve_inbound(request.sandbox_id, request.port)
-            except CorralError as exc:
-                raise _Refusal(status_of(exc.code), exc.code, exc.message) from None
-            link = _Link(self, transport, request)
-            loop = asyncio.get_running_loop()
-            try:
-                await asyncio.wait_for(
-                    loop.create_connection(
-                        lambda: _UpstreamSide(link), target.address, target.port
-                    ),
-                    self.connect_timeout,
-                )
-            except TimeoutError:
-                raise _Refusal(
-                    504,
-                    "timeout",
-                    f"port {request.port} of sandbox {request.sandbox_id} did not accept a "
-                    f"connection within {self.connect_timeout:g} s",
-                ) from None
-            except ConnectionRefusedError:
-                raise _Refusal(
-                    502,
-                    "bad_gateway",
-                    f"nothing listens on port {request.port} in sandbox {request.sandbox_id} "
-                    "(connection refused): start a server on 0.0.0.0:"
-                    f"{request.port} in the sandbox",
-                ) from None
-            except OSError as exc:
-                raise _Refusal(
-                    502,
-                    "bad_gateway",
-                    f"connecting to port {request.port} of sandbox {request.sandbox_id} "
-                    f"failed: {exc.strerror or exc}",
-                ) from None
-            link.start(rest)
-        except _Refusal as refusal:
-            transport.write(error_answer(refusal.status, refusal.code, refusal.message))
-            transport.close()
+                with self.ports.activity(request.sandbox_id):
+                    clean = await link.run(rest)
+            finally:
+                self._links.discard(link)
         except asyncio.CancelledError:
-            transport.abort()
             raise
+        except OSError as exc:
+            log.info("inbound connection to sandbox %s ended: %s", request.sandbox_id, exc)
         except Exception:
             log.exception("inbound connection to sandbox %s failed", request.sandbox_id)
-            transport.write(
-                error_answer(500, "internal", "the inbound proxy failed; the daemon's log says why")
+            with contextlib.suppress(OSError):
+                answer = error_answer(500, "internal", "the inbound proxy failed; see its log")
+                client.send(answer)
+        finally:
+            for sock in (client, upstream):
+                if sock is not None:
+                    (socket.socket.close if clean else _abort)(sock)
+
+    async def _open(self, client: socket.socket, request: InboundRequest) -> socket.socket | None:
+        """Check the credential, resolve (wake) the sandbox, connect to its port."""
+        if len(self._links) >= self.max_connections:
+            raise _Refusal(503, "unavailable", "too many inbound connections; try again")
+        try:
+            self.ports.check_access(request.sandbox_id, request.port, request.token)
+        except CorralError as exc:
+            raise _Refusal(status_of(exc.code), exc.code, exc.message) from None
+        navigation = request.method in (b"GET", b"HEAD") and not request.upgrade
+        if request.token_in_query and navigation:
+            raise _cookie_redirect(request)
+        try:
+            target = await self.ports.resolve_inbound(request.sandbox_id, request.port)
+        except CorralError as exc:
+            raise _Refusal(status_of(exc.code), exc.code, exc.message) from None
+        where = f"port {request.port} of sandbox {request.sandbox_id}"
+        upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        upstream.setblocking(False)
+        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            await asyncio.wait_for(
+                asyncio.get_running_loop().sock_connect(upstream, (target.address, target.port)),
+                self.connect_timeout,
             )
-            transport.close()
+        except TimeoutError:
+            upstream.close()
+            raise _Refusal(
+                504, "timeout", f"{where} did not accept within {self.connect_timeout:g} s"
+            ) from None
+        except ConnectionRefusedError:
+            upstream.close()
+            raise _Refusal(
+                502,
+                "bad_gateway",
+                f"nothing listens on port {request.port} in sandbox {request.sandbox_id} "
+                f"(connection refused): start a server on 0.0.0.0:{request.port} in the sandbox",
+            ) from None
+        except OSError as exc:
+            upstream.close()
+            raise _Refusal(
+                502, "bad_gateway", f"connecting to {where} failed: {exc.strerror or exc}"
+            ) from None
+        return upstream
 
 
 class _Refusal(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, extra: list[str] | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.extra = status, code, message, extra
 
 
-def _cookie_redirect(request: InboundRequest) -> bytes:
+def _cookie_redirect(request: InboundRequest) -> _Refusal:
     location = request.path if request.by_host else request.prefix.encode() + request.path
     cookie_path = "/" if request.by_host else request.prefix + "/"
-    return error_answer(
+    return _Refusal(
         302,
         "redirect",
         "the token is now a cookie; follow the redirect",
@@ -364,229 +382,163 @@ def _cookie_redirect(request: InboundRequest) -> bytes:
 
 
 class _Link:
-    """One proxied connection: the client's transport, the sandbox's, and the state of the
-    client-to-sandbox direction (where the next request head starts)."""
+    """One proxied connection: the client's socket and the sandbox's. Answers are spliced to the
+    client as they come; requests are spliced to the sandbox, each head read and rewritten on
+    the way (``Content-Length`` bodies spliced by count, chunked ones read through ``h11``)."""
 
-    def __init__(self, proxy: InboundProxy, client: asyncio.Transport, first: InboundRequest):
+    def __init__(
+        self,
+        proxy: InboundProxy,
+        client: socket.socket,
+        upstream: socket.socket,
+        first: InboundRequest,
+    ) -> None:
         self.proxy = proxy
         self.client = client
+        self.upstream = upstream
         self.first = first
-        self.upstream: asyncio.Transport | None = None
-        self._activity: contextlib.ExitStack | None = None
-        self._peer = _peer_of(client)
-        # Client-to-sandbox state: "head" (collecting one), "body" (``_left`` bytes to copy),
-        # "chunked" (``_h11`` finds the end), "raw" (after an upgrade: copy everything).
-        self._state = "head"
-        self._head = bytearray()
-        self._left = 0
-        self._h11: h11.Connection | None = None
-        self._client_side = _ClientSide(self)
-        self.upstream_side: _UpstreamSide | None = None
-        self._closed = False
-
-    def start(self, rest: bytes) -> None:
-        assert self.upstream is not None
-        self.proxy._links.add(self)
-        self._activity = contextlib.ExitStack()
-        self._activity.enter_context(self.proxy.ports.activity(self.first.sandbox_id))
-        self.client.set_protocol(self._client_side)
-        self.client.set_write_buffer_limits(high=HIGH_WATER)
-        self.upstream.set_write_buffer_limits(high=HIGH_WATER)
-        self._begin(self.first)
-        if rest:
-            self.from_client(memoryview(rest))
-        if not self._closed:
-            self.client.resume_reading()
-
-    def _begin(self, request: InboundRequest) -> None:
-        assert self.upstream is not None
-        self.upstream.write(request.upstream_head(self._peer))
-        if request.upgrade:
-            self._state = "raw"
-        elif request.chunked:
-            self._state = "chunked"
-            self._h11 = h11.Connection(h11.SERVER)
-            self._h11.receive_data(_CHUNKED_START)
-            self._h11.next_event()  # the Request
-        elif request.content_length:
-            self._state, self._left = "body", request.content_length
-        else:
-            self._state = "head"
-
-    def from_client(self, data: memoryview) -> None:
-        """Copy what the client sent, finding and rewriting each request head on the way."""
-        upstream = self.upstream
-        assert upstream is not None
-        while data and not self._closed:
-            if self._state == "raw":
-                upstream.write(data)
-                return
-            if self._state == "body":
-                take = min(self._left, len(data))
-                upstream.write(data[:take])
-                self._left -= take
-                data = data[take:]
-                if not self._left:
-                    self._state = "head"
-                continue
-            if self._state == "chunked":
-                data = self._copy_chunked(data)
-                continue
-            data = self._collect_head(data)
-
-    def _copy_chunked(self, data: memoryview) -> memoryview:
-        assert self._h11 is not None and self.upstream is not None
-        try:
-            self._h11.receive_data(bytes(data))
-            while True:
-                event = self._h11.next_event()
-                if event is h11.NEED_DATA:
-                    self.upstream.write(data)
-                    return data[len(data) :]
-                if isinstance(event, h11.EndOfMessage):
-                    trailing = len(self._h11.trailing_data[0])
-                    self.upstream.write(data[: len(data) - trailing])
-                    self._state, self._h11 = "head", None
-                    return data[len(data) - trailing :]
-        except h11.RemoteProtocolError as exc:
-            self._refuse_mid_stream(f"malformed chunked body: {exc}")
-            return data[len(data) :]
-
-    def _collect_head(self, data: memoryview) -> memoryview:
-        start = max(0, len(self._head) - 3)
-        self._head += data
-        end = self._head.find(HEAD_END, start)
-        if end < 0:
-            if len(self._head) > self.proxy.max_head:
-                self._refuse_mid_stream("request head too large")
-            return data[len(data) :]
-        end += len(HEAD_END)
-        if end > self.proxy.max_head:
-            self._refuse_mid_stream("request head too large")
-            return data[len(data) :]
-        head, rest = bytes(self._head[:end]), bytes(self._head[end:])
-        self._head.clear()
-        try:
-            request = parse_head(head, self.proxy.app_ports)
-        except BadHead as exc:
-            self._refuse_mid_stream(exc.message)
-            return memoryview(b"")
-        if request is None or not request.same_target(self.first):
-            # Another sandbox, port or the API on this connection: the client opens a new one.
-            self.close()
-            return memoryview(b"")
-        self._begin(request)
-        return memoryview(rest)
-
-    def _refuse_mid_stream(self, why: str) -> None:
-        log.info("inbound connection to sandbox %s cut: %s", self.first.sandbox_id, why)
-        self.abort()
-
-    # -- ends ----------------------------------------------------------------------------------
-    def both_ended(self) -> bool:
-        return self._client_side.eof and self.upstream_side is not None and self.upstream_side.eof
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.client.close()
-        if self.upstream is not None:
-            self.upstream.close()
-        self._finish()
+        self.peer = _peer_of(client)
+        self._task: asyncio.Task[bool] | None = None
 
     def abort(self) -> None:
-        self._closed = True
-        self.client.abort()
-        if self.upstream is not None:
-            self.upstream.abort()
-        self._finish()
+        if self._task is not None:
+            self._task.cancel()
 
-    def _finish(self) -> None:
-        self.proxy._links.discard(self)
-        if self._activity is not None:
-            self._activity.close()
-            self._activity = None
+    async def run(self, rest: bytes) -> bool:
+        """Serve until both sides are done; True when they ended cleanly."""
+        self._task = asyncio.current_task()
+        requests = asyncio.create_task(self._requests(rest))
+        answers = asyncio.create_task(splice.copy(self.upstream, self.client))
+        try:
+            done, _ = await asyncio.wait({requests, answers}, return_when=asyncio.FIRST_COMPLETED)
+            if answers in done:
+                # The sandbox closed: nothing more can be answered; the client learns at once.
+                answers.result()
+                with contextlib.suppress(OSError):
+                    self.client.shutdown(socket.SHUT_WR)
+                requests.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await requests
+                return True
+            clean = requests.result()
+            if not clean:
+                answers.cancel()
+                return False
+            # The client said all it had: the answer may still be coming.
+            with contextlib.suppress(OSError):
+                self.upstream.shutdown(socket.SHUT_WR)
+            await answers
+            return True
+        finally:
+            for task in (requests, answers):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(requests, answers, return_exceptions=True)
 
+    async def _requests(self, pending: bytes) -> bool:
+        """Copy the client's requests; True at the client's end, False when cut off."""
+        loop = asyncio.get_running_loop()
+        request = self.first
+        while True:
+            await loop.sock_sendall(self.upstream, request.upstream_head(self.peer))
+            if request.upgrade:
+                if pending:
+                    await loop.sock_sendall(self.upstream, pending)
+                await splice.copy(self.client, self.upstream)
+                return True
+            if request.chunked:
+                pending = await self._chunked_body(pending)
+            elif request.content_length:
+                now = pending[: request.content_length]
+                pending = pending[len(now) :]
+                if now:
+                    await loop.sock_sendall(self.upstream, now)
+                left = request.content_length - len(now)
+                if left:
+                    await splice.copy(self.client, self.upstream, left)
+            head, pending = await self._next_head(pending)
+            if head is None:
+                return True
+            try:
+                following = parse_head(head, self.proxy.app_ports)
+            except BadHead as exc:
+                log.info("inbound connection to %s cut: %s", self.first.sandbox_id, exc.message)
+                return False
+            if following is None or not following.same_target(self.first):
+                # Another sandbox, port or the API on this connection: the client opens a new one.
+                return False
+            request = following
 
-class _Side(asyncio.BufferedProtocol):
-    """One direction's reader: reads into its buffer and writes to the other side. A transport
-    may keep a reference to what it could not send at once (Python 3.12+), so a buffer that
-    went into a non-empty write buffer is replaced rather than reused."""
+    async def _next_head(self, pending: bytes) -> tuple[bytes | None, bytes]:
+        loop = asyncio.get_running_loop()
+        buffer = bytearray(pending)
+        while True:
+            end = buffer.find(HEAD_END)
+            if end >= 0:
+                end += len(HEAD_END)
+                if end > self.proxy.max_head:
+                    raise OSError("request head too large")
+                return bytes(buffer[:end]), bytes(buffer[end:])
+            if len(buffer) > self.proxy.max_head:
+                raise OSError("request head too large")
+            data = await loop.sock_recv(self.client, 65536)
+            if not data:
+                if buffer:
+                    raise OSError("the client closed in the middle of a request head")
+                return None, b""
+            buffer += data
 
-    def __init__(self, link: _Link) -> None:
-        self.link = link
-        self.view = memoryview(bytearray(CHUNK))
-        self.eof = False
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.view
-
-    def other(self) -> asyncio.Transport | None:
-        """The other side's transport: where this side writes, and whose reading pauses while
-        this side's own write buffer is full."""
-        raise NotImplementedError
-
-    def forward(self, data: memoryview) -> None:
-        target = self.other()
-        if target is not None:
-            target.write(data)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.forward(self.view[:nbytes])
-        target = self.other()
-        if target is not None and target.get_write_buffer_size():
-            self.view = memoryview(bytearray(CHUNK))
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        target = self.other()
-        if self.link.both_ended():
-            self.link.close()
-        elif target is not None and target.can_write_eof():
-            target.write_eof()
-        return True  # keep the transport: the other direction may still be going
-
-    def pause_writing(self) -> None:
-        other = self.other()
-        if other is not None:
-            other.pause_reading()
-
-    def resume_writing(self) -> None:
-        other = self.other()
-        if other is not None and not self.link._closed:
-            other.resume_reading()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.link.close() if exc is None else self.link.abort()
-
-
-class _ClientSide(_Side):
-    """Reads the client and writes the sandbox (through the link's request tracking)."""
-
-    def other(self) -> asyncio.Transport | None:
-        return self.link.upstream
-
-    def forward(self, data: memoryview) -> None:
-        self.link.from_client(data)
-
-
-class _UpstreamSide(_Side):
-    """Reads the sandbox and writes the client."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.link.upstream = transport
-        self.link.upstream_side = self
-
-    def other(self) -> asyncio.Transport | None:
-        return self.link.client
+    async def _chunked_body(self, pending: bytes) -> bytes:
+        """Copy one chunked body as it is; returns the bytes after it."""
+        loop = asyncio.get_running_loop()
+        parser = h11.Connection(h11.SERVER)
+        parser.receive_data(_CHUNKED_START)
+        parser.next_event()  # the Request
+        data = pending
+        while True:
+            if data:
+                try:
+                    parser.receive_data(data)
+                    while True:
+                        event = parser.next_event()
+                        if event is h11.NEED_DATA:
+                            break
+                        if isinstance(event, h11.EndOfMessage):
+                            trailing = len(parser.trailing_data[0])
+                            await loop.sock_sendall(self.upstream, data[: len(data) - trailing])
+                            return data[len(data) - trailing :]
+                except h11.RemoteProtocolError as exc:
+                    raise OSError(f"malformed chunked body: {exc}") from None
+                await loop.sock_sendall(self.upstream, data)
+            data = await loop.sock_recv(self.client, CHUNK)
+            if not data:
+                raise OSError("the client closed in the middle of a chunked body")
 
 
 # Puts a fresh h11 connection into "reading a chunked body" (the real head went upstream already).
 _CHUNKED_START = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-def _peer_of(transport: asyncio.BaseTransport) -> str | None:
-    peer: Any = transport.get_extra_info("peername")
-    return str(peer[0]) if isinstance(peer, tuple) and peer else None
+def _detach(transport: asyncio.Transport) -> socket.socket:
+    """The transport's connection as a socket of our own (a duplicate descriptor; closing the
+    transport then closes only its own descriptor, not the connection)."""
+    transport.pause_reading()
+    raw = transport.get_extra_info("socket")
+    sock = socket.socket(fileno=os.dup(raw.fileno()))
+    sock.setblocking(False)
+    transport.close()
+    return sock
+
+
+def _abort(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0), so the peer learns at once that the connection is cut."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _peer_of(sock: socket.socket) -> str | None:
+    with contextlib.suppress(OSError):
+        peer: Any = sock.getpeername()
+        return str(peer[0]) if isinstance(peer, tuple) and peer else None
+    return None

@@ -131,6 +131,10 @@ class Sandbox(BaseModel):
     expires_at: float | None
     error: str | None = None
     secret_env_keys: list[str] = Field(default_factory=list)
+    brokered_secrets: list[str] = Field(
+        default_factory=list,
+        description="brokered secrets bound to it (in answers about one sandbox; not in lists)",
+    )
     on_timeout: str = "kill"
     auto_park_idle: int | None = None
     auto_wake: bool = False
@@ -286,6 +290,7 @@ class Template(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     layers: list[str] = Field(default_factory=list, description="image layers, bottom first")
     used_by: list[str] = Field(default_factory=list, description="live sandboxes made from it")
+    shared: bool = Field(default=True, description="members may use it (else: its owner only)")
 
 
 class BuildStep(BaseModel):
@@ -345,6 +350,11 @@ class TemplateBuild(BaseModel):
         default_factory=list,
         max_length=8,
         description="recipes (GET /v1/recipes) whose steps and defaults come first",
+    )
+    shared: bool | None = Field(
+        default=None,
+        description="members may use it (default: yes for an admin's build, no for a member's; "
+        "only admins may share)",
     )
 
 

@@ -37,7 +37,8 @@ class _Wire:
     """Mixin: JSON-ready dict of a dataclass."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        data: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return data
 
 
 class SandboxOptions(TypedDict, total=False):
@@ -139,7 +140,8 @@ class SandboxInfo(_Wire):
     killed, error.
 
     `secret_env_keys` names the env values given as secret at creation (the values themselves
-    never leave the daemon); `parent_id` is the sandbox it was forked or restored from;
+    never leave the daemon); `brokered_secrets` the brokered secrets bound to it (in answers
+    about one sandbox, not in listings); `parent_id` is the sandbox it was forked or restored from;
     `image_mib` the disk its parked memory image takes."""
 
     id: str
@@ -160,6 +162,7 @@ class SandboxInfo(_Wire):
     parent_id: str | None = None
     image_mib: int = 0
     network: NetworkPolicy | None = None
+    brokered_secrets: list[str] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SandboxInfo:
@@ -182,6 +185,7 @@ class SandboxInfo(_Wire):
             parent_id=data.get("parent_id"),
             image_mib=int(data.get("image_mib") or 0),
             network=NetworkPolicy.from_wire(data["network"]) if data.get("network") else None,
+            brokered_secrets=[str(name) for name in data.get("brokered_secrets") or []],
         )
 
 

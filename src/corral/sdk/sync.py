@@ -55,8 +55,28 @@ if TYPE_CHECKING:
     from corral.sdk.ports import AsyncPorts
     from corral.sdk.process import AsyncProcess
     from corral.sdk.pty import AsyncPty, AsyncPtys
+    from corral.sdk.workspace import (
+        ApiKeyInfo,
+        AsyncKeys,
+        AsyncPolicy,
+        AuditEntry,
+        Event,
+        WorkspacePolicy,
+    )
 
-__all__ = ["Client", "Code", "Files", "Network", "Ports", "Process", "Pty", "Ptys", "Sandbox"]
+__all__ = [
+    "Client",
+    "Code",
+    "Files",
+    "Keys",
+    "Network",
+    "Policy",
+    "Ports",
+    "Process",
+    "Pty",
+    "Ptys",
+    "Sandbox",
+]
 
 
 class Files:
@@ -64,9 +84,6 @@ class Files:
 
     def __init__(self, inner: AsyncFiles) -> None:
         self._async = inner
-
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
 
     def write(
         self, path: str, data: UploadData, *, mode: int | None = None, parents: bool = True
@@ -165,9 +182,6 @@ class Network:
     def __init__(self, inner: AsyncNetwork) -> None:
         self._async = inner
 
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
-
     def get(self) -> NetworkPolicy:
         return portal().call(self._async.get())
 
@@ -191,9 +205,6 @@ class Ports:
     def __init__(self, inner: AsyncPorts) -> None:
         self._async = inner
 
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
-
     def open(self, port: int, *, public: bool = False) -> PortInfo:
         """Open `port` (a server listening on 0.0.0.0:PORT in the sandbox) through the daemon.
         The answer's `url` reaches it; send `token` as the `X-Corral-Token` header (or the
@@ -214,9 +225,6 @@ class Code:
 
     def __init__(self, inner: AsyncCode) -> None:
         self._async = inner
-
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
 
     def run(
         self,
@@ -312,9 +320,6 @@ class Ptys:
 
     def __init__(self, inner: AsyncPtys) -> None:
         self._async = inner
-
-    def __repr__(self) -> str:
-        return repr(self._async).replace("<Async", "<", 1)
 
     def create(
         self,
@@ -568,6 +573,60 @@ class Sandbox:
         return Process(self._async.process(pid))
 
 
+class Keys:
+    """`AsyncKeys`, synchronous: see it for what each call does."""
+
+    def __init__(self, inner: AsyncKeys) -> None:
+        self._async = inner
+
+    def create(
+        self,
+        name: str,
+        *,
+        role: str = "member",
+        scopes: Sequence[str] | None = None,
+        expires_in: float | None = None,
+        quotas: Mapping[str, float] | None = None,
+        rate_limit: float | None = None,
+    ) -> ApiKeyInfo:
+        """A new key; its `key` is in the answer only (shown once, stored hashed)."""
+        return portal().call(
+            self._async.create(
+                name,
+                role=role,
+                scopes=scopes,
+                expires_in=expires_in,
+                quotas=quotas,
+                rate_limit=rate_limit,
+            )
+        )
+
+    def list(self) -> list[ApiKeyInfo]:
+        return portal().call(self._async.list())
+
+    def revoke(self, name: str) -> None:
+        """Revoke key `name`: it is refused (401) from now on."""
+        portal().call(self._async.revoke(name))
+
+    def me(self) -> ApiKeyInfo:
+        """The key this client uses, with its quotas and what its sandboxes hold."""
+        return portal().call(self._async.me())
+
+
+class Policy:
+    """`AsyncPolicy`, synchronous: see it for what each call does."""
+
+    def __init__(self, inner: AsyncPolicy) -> None:
+        self._async = inner
+
+    def get(self) -> WorkspacePolicy:
+        return portal().call(self._async.get())
+
+    def set(self, **changes: Any) -> WorkspacePolicy:
+        """Change the fields given (a field given as None goes back to its default)."""
+        return portal().call(self._async.set(**changes))
+
+
 class Client:
     """`AsyncClient`, synchronous: see it for what each call does."""
 
@@ -580,6 +639,8 @@ class Client:
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
     ) -> None:
         self._async = AsyncClient(url, api_key, transport=transport, timeout=timeout)
+        self.keys = Keys(self._async.keys)
+        self.policy = Policy(self._async.policy)
 
     def __repr__(self) -> str:
         return repr(self._async).replace("<Async", "<", 1)
@@ -608,6 +669,25 @@ class Client:
 
     def capacity(self) -> Capacity:
         return portal().call(self._async.capacity())
+
+    def audit(
+        self,
+        *,
+        key: str | None = None,
+        sandbox: str | None = None,
+        since: float | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEntry]:
+        """Audit log entries, oldest first (admin): filtered by key name, sandbox id, time."""
+        return portal().call(self._async.audit(key=key, sandbox=sandbox, since=since, limit=limit))
+
+    def events(self) -> Iterator[Event]:
+        """State changes as they happen (server-sent events), those this key may see."""
+        return portal().iterate(self._async.events())
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition text of `GET /metrics` (admin)."""
+        return portal().call(self._async.metrics_text())
 
     def console_login_link(self) -> str:
         """A link that logs a browser into the web console once, as this client's key (and

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -20,17 +21,21 @@ from corral.network.broker.intercept import Broker
 from corral.network.sandbox_net import EgressControl
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
+from corral.service.audit import AuditLog
 from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
 from corral.service.code import CodeService
 from corral.service.console_sessions import ConsoleSessions
+from corral.service.events import EventBus
 from corral.service.files import FileService
 from corral.service.lifecycle import LifecycleService
 from corral.service.metrics import MetricsService
+from corral.service.policy import PolicyService
 from corral.service.pools import PoolService
 from corral.service.ports import PortService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
+from corral.service.ratelimit import RateLimiter
 from corral.service.sandboxes import SandboxService
 from corral.service.secrets import SecretService
 from corral.service.snapshots.service import SnapshotService
@@ -67,6 +72,10 @@ class Workspace:
     ports: PortService
     secrets: SecretService
     metrics: MetricsService
+    policy: PolicyService
+    audit: AuditLog
+    events: EventBus
+    rate_limits: RateLimiter
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
 
@@ -109,6 +118,8 @@ class Workspace:
             )
         )
         sandboxes.pool_hook = pools.claim
+        events = EventBus()
+        db.sandboxes.listeners.append(events.sandbox_changed)
         templates.builder.egress = sandboxes.egress
         templates.builder.finish = warm.warm
         templates.builder.rollback = templates.forget
@@ -133,6 +144,10 @@ class Workspace:
             ports=PortService(sandboxes),
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
+            policy=sandboxes.policy,
+            audit=AuditLog(db),
+            events=events,
+            rate_limits=RateLimiter(settings.key_rate_limit),
         )
 
     @classmethod
@@ -183,6 +198,8 @@ class Workspace:
         return workspace
 
     async def start(self) -> None:
+        self.events.bind(asyncio.get_running_loop())
+        self.audit.start()
         self.api_keys.ensure_admin_key(self.settings.admin_key_path)
         self.trust.start()
         self.templates.sync()
@@ -196,6 +213,7 @@ class Workspace:
         await self.pools.stop()
         await self.lifecycle.stop()
         await self.code.aclose()
+        await self.audit.stop()
         await self.secrets.stop()
         for hook in self.on_stop:
             try:

@@ -7,6 +7,7 @@ ORM objects, so nothing above the service ever holds a database session.
 from corral.storage.db import Database
 from corral.storage.records import (
     ApiKeyRecord,
+    AuditEntry,
     ProjectServiceRecord,
     SandboxPortRecord,
     SandboxRecord,
@@ -20,6 +21,7 @@ from corral.storage.records import (
 
 __all__ = [
     "ApiKeyRecord",
+    "AuditEntry",
     "Database",
     "ProjectServiceRecord",
     "SandboxPortRecord",

@@ -15,6 +15,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import sessionmaker
 
 from corral.storage.apikeys import ApiKeyRepository
+from corral.storage.audit import AuditRepository
+from corral.storage.policy import PolicyRepository
 from corral.storage.ports import PortRepository
 from corral.storage.project_services import ProjectServiceRepository
 from corral.storage.sandboxes import SandboxRepository
@@ -59,6 +61,8 @@ class Database:
         self.project_services = ProjectServiceRepository(self._sessions)
         self.ports = PortRepository(self._sessions)
         self.secrets = SecretRepository(self._sessions)
+        self.audit = AuditRepository(self._sessions)
+        self.policy = PolicyRepository(self._sessions)
 
     def _migrate(self) -> None:
         config = Config()

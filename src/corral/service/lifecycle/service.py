@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -37,6 +38,7 @@ from typing import Any
 from corral.network.base import Slot
 from corral.paths import PathEscape, inside
 from corral.runtime.base import RuntimeFailure, RuntimeStatus
+from corral.service import access
 from corral.service.crash import crash_point
 from corral.service.errors import (
     CapacityExceeded,
@@ -122,6 +124,12 @@ class LifecycleService:
         async with self.sb.lock(sandbox_id):
             record = self.sb.get(sandbox_id)
             require_state(record, "park", "running")
+            async with self.sb.admission:
+                self.sb.check_quotas(
+                    self.db.sandboxes.list(states=LIVE_STATES),
+                    [dataclasses.replace(record, state="parked")],
+                    f"parking sandbox {sandbox_id}",
+                )
             await self._check_park_space(record)
             partial, final = self._park_paths(sandbox_id)
             shutil.rmtree(partial, ignore_errors=True)
@@ -194,6 +202,11 @@ class LifecycleService:
                 raise OperationFailed(f"cannot wake sandbox {sandbox_id}: {exc}") from exc
             async with self.sb.admission:
                 live = [r for r in self.db.sandboxes.list(states=LIVE_STATES) if r.id != record.id]
+                self.sb.check_quotas(
+                    [*live, record],
+                    [dataclasses.replace(record, state="running")],
+                    f"waking sandbox {sandbox_id}",
+                )
                 self.sb.capacity_model.admit(
                     live,
                     cpu=record.cpu,
@@ -234,6 +247,7 @@ class LifecycleService:
         """N new sandboxes continuing from the source's current state; the source runs on."""
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be 1..{MAX_FORK}, got {count}")
+        self.sb.policy.check_forks(count)
         image = inside(self.work_dir, f"fork-{sandbox_id}-{new_sandbox_id()[3:]}")
         async with self.sb.lock(sandbox_id):
             source = self.sb.get(sandbox_id)
@@ -260,6 +274,7 @@ class LifecycleService:
                     parent_id=source.id,
                     last_active_at=now,
                     network=source.network,
+                    owner=access.new_owner(),
                 )
                 for _ in range(count)
             ]

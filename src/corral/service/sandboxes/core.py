@@ -50,6 +50,7 @@ from corral.runtime.base import (
     RuntimeStatus,
     SandboxSpec,
 )
+from corral.service import access
 from corral.service.agent_keys import AgentKeys
 from corral.service.capacity import CapacityModel, CapacityReport
 from corral.service.errors import (
@@ -74,6 +75,8 @@ from corral.service.model import (
     new_sandbox_id,
     require_state,
 )
+from corral.service.policy import PolicyService
+from corral.service.quotas import check_quotas, usage_of
 from corral.service.secrets import BrokeredSetup, SecretService
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, TemplateRecord
@@ -106,6 +109,7 @@ class SandboxService:
         self._connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
         self.keys = AgentKeys(settings.data_dir / "agent-keys")
         self.capacity_model = CapacityModel(settings)
+        self.policy = PolicyService(db, settings)
         self.admission = asyncio.Lock()
         self._locks: dict[str, asyncio.Lock] = {}
         self._slots: dict[str, Slot] = {}
@@ -128,9 +132,13 @@ class SandboxService:
         )
 
     def get(self, sandbox_id: str) -> SandboxRecord:
+        """The record, if the acting key may see it: another member's sandbox is not found,
+        exactly as a missing one (``access.hide``)."""
         record = self.db.sandboxes.get(sandbox_id)
+        missing = f"sandbox {sandbox_id} not found"
         if record is None:
-            raise NotFound(f"sandbox {sandbox_id} not found")
+            raise NotFound(missing)
+        access.hide(record.owner, missing)
         return record
 
     async def refresh(self, sandbox_id: str) -> SandboxRecord:
@@ -159,7 +167,7 @@ class SandboxService:
         records = self.db.sandboxes.list(states=wanted, metadata=metadata)
         if wanted is None and not include_ended:
             records = [r for r in records if r.state not in ENDED_STATES]
-        return [r for r in records if include_pooled or not r.pooled]
+        return [r for r in records if (include_pooled or not r.pooled) and access.visible(r.owner)]
 
     def prune_ended(self, now: float) -> builtins.list[str]:
         """Forget the sandboxes that ended (or failed) more than the workspace's retention ago."""
@@ -231,21 +239,14 @@ class SandboxService:
 
     # --------------------------------------------------------------------------- network
     def check_mode(self, mode: NetworkMode) -> None:
-        allowed = self.settings.allowed_network_modes
-        if mode.value not in allowed:
-            raise InvalidRequest(
-                f"network mode {mode.value!r} is not allowed in this workspace "
-                f"(allowed: {', '.join(allowed)}); ask an admin or pick another mode"
-            )
+        self.policy.check_mode(mode)
 
     def build_policy(
         self, mode: str | None, allow: Iterable[str] = (), deny: Iterable[str] = ()
     ) -> EgressPolicy:
         """A policy from caller input (InvalidRequest naming what is wrong), in an allowed mode."""
         try:
-            policy = EgressPolicy.build(
-                mode or self.settings.allowed_network_modes[0], list(allow), list(deny)
-            )
+            policy = EgressPolicy.build(mode or self.policy.default_mode(), list(allow), list(deny))
         except PolicyError as exc:
             raise InvalidRequest(f"invalid network policy: {exc}") from exc
         self.check_mode(policy.mode)
@@ -281,6 +282,7 @@ class SandboxService:
         async with self.lock(sandbox_id):
             record = self.get(sandbox_id)
             require_state(record, "change the network of", "running", "parked")
+            self.policy.check_rules(allow or ())
             current = self.policy_of(record).to_json()
             policy = self.build_policy(
                 mode or current["mode"],
@@ -322,24 +324,29 @@ class SandboxService:
     # ---------------------------------------------------------------------------- create
     def resolve(self, request: CreateRequest) -> tuple[float, int, int, float | None]:
         """Resources and expiry for a request, or InvalidRequest naming every problem."""
-        s = self.settings
+        policy = self.policy.current()
         template = self.templates.get(request.template)
+        self.policy.check_template(template.name)
+        self.policy.check_runtime(self.runtime.name)
+        self.policy.check_rules(request.allow)
         cpu = request.cpu if request.cpu is not None else template.cpu
         memory = request.memory_mib if request.memory_mib is not None else template.memory_mib
         disk = request.disk_mib if request.disk_mib is not None else template.disk_mib
         self.templates.check_ceilings(template, cpu=cpu, memory_mib=memory, disk_mib=disk)
         problems = []
-        if not MIN_CPU <= cpu <= s.max_cpu:
-            problems.append(f"cpu {cpu:g} is outside {MIN_CPU:g}..{s.max_cpu:g} vCPUs")
-        if not MIN_MEMORY_MIB <= memory <= s.max_memory_mib:
+        if not MIN_CPU <= cpu <= policy.max_cpu:
+            problems.append(f"cpu {cpu:g} is outside {MIN_CPU:g}..{policy.max_cpu:g} vCPUs")
+        if not MIN_MEMORY_MIB <= memory <= policy.max_memory_mib:
             problems.append(
-                f"memory {memory} MiB is outside {MIN_MEMORY_MIB}..{s.max_memory_mib} MiB"
+                f"memory {memory} MiB is outside {MIN_MEMORY_MIB}..{policy.max_memory_mib} MiB"
             )
-        if not MIN_DISK_MIB <= disk <= s.max_disk_mib:
-            problems.append(f"disk {disk} MiB is outside {MIN_DISK_MIB}..{s.max_disk_mib} MiB")
+        if not MIN_DISK_MIB <= disk <= policy.max_disk_mib:
+            problems.append(f"disk {disk} MiB is outside {MIN_DISK_MIB}..{policy.max_disk_mib} MiB")
         ttl = request.ttl_seconds
-        if ttl is not None and not 0 < ttl <= s.max_ttl_seconds:
-            problems.append(f"ttl {ttl} s is outside 1..{s.max_ttl_seconds} s")
+        if ttl is None:
+            ttl = policy.default_ttl_seconds
+        elif not 0 < ttl <= policy.max_ttl_seconds:
+            problems.append(f"ttl {ttl} s is outside 1..{policy.max_ttl_seconds} s")
         for key in [*request.env, *request.secret_env]:
             if not key or "=" in key or "\0" in key:
                 problems.append(f"env name {key!r} is not valid")
@@ -359,10 +366,32 @@ class SandboxService:
         expires = time.time() + ttl if ttl else None
         return cpu, memory, disk, expires
 
+    def check_quotas(
+        self, live: Iterable[SandboxRecord], adding: Iterable[SandboxRecord], what: str
+    ) -> None:
+        """Raise QuotaExceeded if ``adding`` (new or changed records, in their new state) would
+        take an owner over a quota of its key. Callers hold ``admission``."""
+        live = builtins.list(live)
+        adding = builtins.list(adding)
+        changed = {r.id for r in adding}
+        for owner in {r.owner for r in adding if r.owner is not None}:
+            key = self.db.api_keys.get(owner)
+            if key is None or not key.quotas:
+                continue
+            before = usage_of(live, owner)
+            after = usage_of([*(r for r in live if r.id not in changed), *adding], owner)
+            need = type(before)(
+                **{q: after.get(q) - before.get(q) for q in vars(before)}  # the growth
+            )
+            check_quotas(key.name, key.quotas, before, need, what)
+
     async def admit(self, records: builtins.list[SandboxRecord]) -> None:
-        """Check capacity for new records and insert them, atomically with other admissions."""
+        """Check capacity and quotas for new records and insert them, atomically with other
+        admissions."""
         async with self.admission:
             live = self.db.sandboxes.list(states=LIVE_STATES)
+            what = "this sandbox" if len(records) == 1 else f"these {len(records)} sandboxes"
+            self.check_quotas(live, records, what)
             self.capacity_model.admit(
                 live,
                 cpu=sum(r.cpu for r in records),
@@ -425,6 +454,8 @@ class SandboxService:
             request, template.name, (cpu, memory, disk), expires, env=env, operation="creating"
         )
         record.pooled = pooled
+        if pooled:
+            record.owner = None  # the workspace's until a caller claims it
         if brokered.placeholders and self.secrets is not None:
             self.secrets.bind(record.id, brokered.placeholders)
         try:
@@ -488,6 +519,7 @@ class SandboxService:
             parent_id=parent_id,
             last_active_at=time.time(),
             network=self.build_policy(request.network, request.allow, request.deny).dumps(),
+            owner=access.new_owner(),
         )
 
     async def launch(
@@ -780,7 +812,7 @@ class SandboxService:
         """End a running or parked sandbox ``seconds`` from now (its ``on_timeout`` action)."""
         record = self.get(sandbox_id)
         require_state(record, "set the timeout of", "running", "parked")
-        cap = self.settings.max_ttl_seconds
+        cap = self.policy.current().max_ttl_seconds
         if not 0 < seconds <= cap:
             raise InvalidRequest(f"timeout {seconds} s is outside 1..{cap} s")
         return self.db.sandboxes.update(sandbox_id, expires_at=time.time() + seconds)

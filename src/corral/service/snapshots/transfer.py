@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from corral.paths import inside
-from corral.service.errors import CapacityExceeded, InvalidRequest, StateConflict
+from corral.service import access
+from corral.service.errors import CapacityExceeded, CorralError, InvalidRequest, StateConflict
 from corral.service.images import IMAGE_COMPLETE, image_complete, image_size_mib, seal_image
 from corral.service.lifecycle import LifecycleService, refuse_secrets
-from corral.service.model import CreateRequest, new_sandbox_id, require_state
+from corral.service.model import LIVE_STATES, CreateRequest, new_sandbox_id, require_state
 from corral.service.sandboxes import SandboxService
 from corral.service.snapshots.export_format import (
     CHUNK,
@@ -257,8 +258,16 @@ class TransferService:
             created_at=min(fields.created_at, time.time()),
             image_path=str(final),
             image_mib=size,
+            owner=access.new_owner(),
         )
         async with self.sb.admission:
+            try:
+                self.sb.check_quotas(
+                    self.db.sandboxes.list(states=LIVE_STATES), [record], "this import"
+                )
+            except CorralError:
+                self.sb.remove_image(final)
+                raise
             report = self.sb.capacity()
             if size > report.disk.free:
                 self.sb.remove_image(final)
@@ -314,6 +323,7 @@ class TransferService:
             size_mib=image_size_mib(final),
             created_at=min(fields.created_at, time.time()),
             image=image,
+            owner=access.new_owner(),
         )
         self.db.snapshots.add(record)
         return record

@@ -40,6 +40,7 @@ from corral.images.context import ContextError, resolve_import
 from corral.images.mounts import MountError, unmount
 from corral.images.oci import ImageSource, parse_source
 from corral.images.steps import BuildStep, DockerfileError, parse_dockerfile
+from corral.service import access
 from corral.service.errors import CapacityExceeded, InvalidRequest, NotFound, StateConflict
 from corral.service.model import LIVE_STATES
 from corral.service.templates.uploads import UploadService
@@ -111,8 +112,10 @@ class BuildRequest:
         build_disk_mib: int | None = None,
         network: str | None = None,
         recipes: builtins.list[str] | None = None,
+        shared: bool | None = None,
     ) -> None:
         self.network = network
+        self.shared = shared
         self.recipes = list(recipes or [])  # templates/recipes.py: applied before the steps
         self.name = name
         self.base = base
@@ -201,14 +204,24 @@ class TemplateService:
 
     # -- queries -----------------------------------------------------------------------------
     def list(self) -> builtins.list[TemplateRecord]:
-        return self._db.templates.list()
+        """The templates the acting key may use: its own and the shared ones (all, for admins
+        and viewers)."""
+        return [t for t in self._db.templates.list() if access.visible(t.owner, shared=t.shared)]
 
     def get(self, name: str) -> TemplateRecord:
         record = self._db.templates.get(canonical_name(name))
-        if record is None:
-            known = ", ".join(t.name for t in self._db.templates.list()) or "none"
+        if record is None or not access.visible(record.owner, shared=record.shared):
+            known = ", ".join(t.name for t in self.list()) or "none"
             raise NotFound(f"template {name!r} not found (known templates: {known})")
         return record
+
+    def set_shared(self, name: str, shared: bool) -> TemplateRecord:
+        """Mark a template (one tag) shared with every member, or private to its owner."""
+        record = self.get(name)
+        access.require_owner(record.owner, f"template {record.name!r}")
+        updated = replace(record, shared=shared)
+        self._db.templates.put(updated)
+        return updated
 
     def rootfs(self, template: TemplateRecord) -> Path:
         """The read-only root of the template's image (its view is mounted on first use)."""
@@ -229,6 +242,21 @@ class TemplateService:
                 f"{self._images.images_dir}; run ./scripts/setup to build it"
             )
         return rootfs
+
+    def visible_users(self, name: str) -> builtins.list[str]:
+        """``users`` that the acting key may see (a member: its own)."""
+        name = canonical_name(name)
+        return [
+            r.id
+            for r in self._db.sandboxes.list(states=LIVE_STATES)
+            if r.template == name and not r.pooled and access.visible(r.owner)
+        ]
+
+    def owned(self, name: str) -> TemplateRecord:
+        """The template, if the acting key may change it (its owner, or an admin)."""
+        record = self.get(name)
+        access.require_owner(record.owner, f"template {record.name!r}")
+        return record
 
     def users(self, name: str) -> builtins.list[str]:
         """Ids of the live sandboxes made from template ``name``."""
@@ -316,6 +344,20 @@ class TemplateService:
         return found
 
     # -- builds ------------------------------------------------------------------------------
+    @staticmethod
+    def _sharing(asked: bool | None, existing: TemplateRecord | None) -> bool:
+        """Whether a built template is shared: as before for a rebuild, else an admin's are
+        unless it says not and a member's are private (sharing is an admin's decision)."""
+        who = access.acting()
+        if asked and not who.is_admin:
+            raise access.Forbidden(
+                f"API key {who.name!r} may not share templates; ask an admin "
+                "(`corral template share NAME`)"
+            )
+        if asked is not None:
+            return asked
+        return existing.shared if existing is not None else who.is_admin
+
     def plan(self, request: BuildRequest) -> object:
         """Validate ``request`` into a BuildPlan; raise InvalidRequest/NotFound before any work."""
         from corral.service.builds import BuildPlan
@@ -386,6 +428,11 @@ class TemplateService:
                     f"{exc.message}; to import an image use docker-archive:PATH, oci:PATH[:TAG] "
                     "or registry:HOST/NAME:TAG"
                 ) from exc
+        existing = self._db.templates.get(name)
+        if existing is not None:
+            # Rebuilding a name replaces its template: only for its owner (or an admin), who
+            # keeps owning it. A member that cannot see it learns it exists, not whose it is.
+            access.require_owner(existing.owner, f"template {name!r}")
         s = self._settings
         inherited = base or TemplateRecord(
             name=name,
@@ -421,6 +468,8 @@ class TemplateService:
             warmup=pick(request.warmup, inherited.warmup),  # type: ignore[arg-type]
             warm=request.warm or bool(recipe_defaults and recipe_defaults.warm),
             pool=request.pool,
+            owner=existing.owner if existing else access.new_owner(),
+            shared=self._sharing(request.shared, existing),
         )
         self._check_resources(template)
         disk = request.build_disk_mib or s.build_disk_mib
@@ -561,6 +610,9 @@ class TemplateService:
         return self._settings.data_dir / "build-logs" / f"{safe}.ndjson"
 
     def logs(self, name: str) -> Path:
+        record = self._db.templates.get(canonical_name(name))
+        if record is not None and not access.visible(record.owner, shared=record.shared):
+            raise NotFound(f"template {name!r} has no build log")
         path = self.log_path(name)
         if not path.is_file():
             raise NotFound(f"template {name!r} has no build log")
@@ -571,6 +623,7 @@ class TemplateService:
         """Remove template ``name`` (one tag); refuses while sandboxes or snapshots use it."""
         async with self._store_lock:
             record = self.get(name)
+            access.require_owner(record.owner, f"template {record.name!r}")
             users = self.users(record.name)
             if users:
                 raise StateConflict(
