@@ -5,6 +5,7 @@ The SDK is pointed at the daemon only by the settings ``corral e2b env`` prints.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from e2b import (
     TimeoutException,
 )
 from e2b.sandbox.filesystem.filesystem import FileType
+from e2b.sandbox.filesystem.watch_handle import FilesystemEvent
 
 from tests.e2e.conftest import Daemon
 
@@ -348,6 +350,53 @@ def test_pty_create_input_resize_kill(sbx: Sandbox) -> None:
     assert sbx.pty.kill(sleeper.pid) is True
     with pytest.raises(CommandExitException):
         sleeper.wait()
+
+
+def test_watch_dir(sbx: Sandbox) -> None:
+    sbx.files.make_dir("/tmp/watched/sub")
+    handle = sbx.files.watch_dir("/tmp/watched", recursive=True)
+    sbx.files.write("/tmp/watched/a.txt", "one")
+    sbx.files.write("/tmp/watched/sub/b.txt", "two")
+    sbx.files.rename("/tmp/watched/a.txt", "/tmp/watched/c.txt")
+    sbx.commands.run("chmod 600 /tmp/watched/c.txt && rm /tmp/watched/c.txt")
+    seen: set[tuple[str, str]] = set()
+    wanted = {
+        ("a.txt", "create"),
+        ("a.txt", "write"),
+        ("sub/b.txt", "create"),
+        ("a.txt", "rename"),
+        ("c.txt", "create"),
+        ("c.txt", "chmod"),
+        ("c.txt", "remove"),
+    }
+    deadline = time.monotonic() + 20
+    while not wanted <= seen and time.monotonic() < deadline:
+        seen |= {(e.name, e.type.value.lower()) for e in handle.get_new_events()}
+    handle.stop()
+    assert wanted <= seen, seen
+    with pytest.raises(SandboxException):
+        sbx.files.watch_dir("/tmp/no-such-dir")
+
+
+async def test_watch_dir_streamed_by_the_async_sdk(_e2b_settings: None) -> None:
+    sandbox = await AsyncSandbox.create("base", timeout=120)
+    try:
+        got: list[tuple[str, str]] = []
+        arrived = asyncio.Event()
+
+        def on_event(event: FilesystemEvent) -> None:
+            got.append((event.name, event.type.value.lower()))
+            if ("new.txt", "write") in got:
+                arrived.set()
+
+        await sandbox.files.make_dir("/tmp/w")
+        handle = await sandbox.files.watch_dir("/tmp/w", on_event, timeout=60)
+        await sandbox.files.write("/tmp/w/new.txt", "x")
+        await asyncio.wait_for(arrived.wait(), 20)
+        await handle.stop()
+        assert ("new.txt", "create") in got
+    finally:
+        await sandbox.kill()
 
 
 def test_metrics(sbx: Sandbox) -> None:

@@ -301,3 +301,41 @@ def test_cli_port_open_ls_close(daemon: Daemon, served: tuple[Client, Sandbox]) 
     closed = daemon.cli("port", "close", sbx.id, "7000")
     assert closed.returncode == 0, closed.stderr.decode()
     assert httpx.get(public["path_url"]).status_code == 404
+
+
+def _fetch_in(sbx: Sandbox, url: str) -> str | None:
+    code = (
+        f"import urllib.request\nprint(urllib.request.urlopen({url!r}, timeout=30).read().decode())"
+    )
+    result = sbx.exec(["python3", "-c", code], timeout=60)
+    return result.stdout if result.exit_code == 0 else None
+
+
+def test_a_sandbox_port_as_a_project_service(
+    daemon: Daemon, served: tuple[Client, Sandbox]
+) -> None:
+    client, sbx = served
+    added = client.add_service("api.project", sandbox=sbx.id, port=HTTP_PORT)
+    assert added.sandbox_id == sbx.id and added.address.startswith("169.254.10")
+    caller = client.create_sandbox(network="project")
+    try:
+        seen = _fetch_in(caller, f"http://api.project:{HTTP_PORT}/from-a-sandbox")
+        assert seen is not None and json.loads(seen)["path"] == "/from-a-sandbox"
+        info = json.loads(daemon.cli("info", sbx.id, "--json").stdout)
+        assert info["serves_as"] == ["api.project"]
+        assert "api.project" in json.loads(daemon.cli("info", caller.id, "--json").stdout)["names"]
+        # A parked target with auto-wake wakes for a service connection too.
+        sbx.park()
+        seen = _fetch_in(caller, f"http://api.project:{HTTP_PORT}/after-park")
+        assert seen is not None and json.loads(seen)["path"] == "/after-park"
+        assert sbx.info().state == "running"
+        # Out of the project modes the same name goes nowhere, at once.
+        caller.network.update(mode="airgapped")
+        assert _fetch_in(caller, f"http://api.project:{HTTP_PORT}/") is None
+        caller.network.update(mode="internet")
+        assert _fetch_in(caller, f"http://{added.address}:{HTTP_PORT}/") is None
+    finally:
+        caller.kill()
+        client.remove_service("api.project")
+    listed = daemon.cli("service", "ls")
+    assert "api.project" not in listed.stdout.decode()

@@ -104,12 +104,21 @@ class ProjectService(BaseModel):
     address: str
     ports: list[int]
     created_at: float
+    sandbox_id: str | None = Field(
+        default=None, description="a port of this sandbox; `address` is then virtual"
+    )
 
 
 class ProjectServiceCreate(BaseModel):
+    """Either ``target`` (an address the daemon reaches) or ``sandbox_id`` and ``port``."""
+
     model_config = ConfigDict(extra="forbid")
 
-    target: str = Field(max_length=64, description="IPV4:PORT", examples=["10.1.2.3:5432"])
+    target: str | None = Field(
+        default=None, max_length=64, description="IPV4:PORT", examples=["10.1.2.3:5432"]
+    )
+    sandbox_id: str | None = Field(default=None, max_length=64)
+    port: int | None = Field(default=None, ge=1, le=65535)
 
 
 class ProjectServiceList(BaseModel):
@@ -142,6 +151,14 @@ class Sandbox(BaseModel):
     image_mib: int = Field(default=0, description="disk taken by its parked memory image")
     pooled: bool = Field(default=False, description="waiting in its template's ready pool")
     network: NetworkPolicy | None = None
+    # Filled in by GET /v1/sandboxes/{id} only (a list leaves them empty).
+    ports: list[Port] = Field(default_factory=list, description="its open inbound ports")
+    names: list[str] = Field(
+        default_factory=list, description="the project services' names it resolves"
+    )
+    serves_as: list[str] = Field(
+        default_factory=list, description="project services that are ports of this sandbox"
+    )
 
 
 class SandboxList(BaseModel):
@@ -516,6 +533,9 @@ class Port(BaseModel):
 
 class PortList(BaseModel):
     ports: list[Port]
+
+
+Sandbox.model_rebuild()  # it refers to Port, defined after it
 
 
 class SecretSet(BaseModel):

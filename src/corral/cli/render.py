@@ -103,6 +103,13 @@ def print_sandbox(sbx: SandboxInfo) -> None:
             lines.append(("allow", " ".join(sbx.network.allow)))
         if sbx.network.deny:
             lines.append(("deny", " ".join(sbx.network.deny)))
+    for port in sbx.ports:
+        access = "public" if port.public else "token (corral port ls --json)"
+        lines.append((f"port {port.port}", f"{port.url}  {access}"))
+    if sbx.names:
+        lines.append(("resolves", " ".join(sbx.names)))
+    if sbx.serves_as:
+        lines.append(("serves as", " ".join(sbx.serves_as)))
     if sbx.parent_id:
         lines.append(("parent", sbx.parent_id))
     if sbx.state == "parked":

@@ -385,6 +385,26 @@ class AgentClient:
         entries: list[dict[str, Any]] = response.json()["entries"]
         return entries
 
+    async def create_watch(self, path: str, recursive: bool) -> int:
+        """Watch directory ``path`` (and, ``recursive``, all below it); the watch's id."""
+        body = _json_body({"path": path, "recursive": recursive})
+        response = await self._call("POST", "/watches", f"watching {path!r}", **body)
+        watch_id: int = response.json()["id"]
+        return watch_id
+
+    async def watch_events(self, watch_id: int, wait: float = 0.0) -> dict[str, Any]:
+        """``{"events": [...], "dropped": n, "closed": bool}`` of a watch since the last call,
+        waiting up to ``wait`` seconds (at most 60) for the first event."""
+        wait = min(max(wait, 0.0), 60.0)
+        url = f"/watches/{int(watch_id)}/events?{_query(wait_ms=int(wait * 1000))}"
+        timeout = httpx.Timeout(wait + 30.0, connect=5.0)
+        response = await self._call("GET", url, f"reading watch {watch_id}", timeout=timeout)
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def remove_watch(self, watch_id: int) -> None:
+        await self._call("DELETE", f"/watches/{int(watch_id)}", f"removing watch {watch_id}")
+
     async def mkdir(self, path: str, parents: bool = True) -> bool:
         """Create a directory; False if it already existed."""
         body = _json_body({"path": path, "parents": parents})

@@ -162,6 +162,11 @@ class SandboxInfo(_Wire):
     parent_id: str | None = None
     image_mib: int = 0
     network: NetworkPolicy | None = None
+    # From `info()` (GET of one sandbox) only: its open ports, the project services' names it
+    # resolves, and the project services that are ports of it.
+    ports: list[PortInfo] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    serves_as: list[str] = field(default_factory=list)
     brokered_secrets: list[str] = field(default_factory=list)
 
     @classmethod
@@ -185,6 +190,9 @@ class SandboxInfo(_Wire):
             parent_id=data.get("parent_id"),
             image_mib=int(data.get("image_mib") or 0),
             network=NetworkPolicy.from_wire(data["network"]) if data.get("network") else None,
+            ports=[PortInfo.from_wire(item) for item in data.get("ports") or []],
+            names=[str(name) for name in data.get("names") or []],
+            serves_as=[str(name) for name in data.get("serves_as") or []],
             brokered_secrets=[str(name) for name in data.get("brokered_secrets") or []],
         )
 
@@ -443,12 +451,13 @@ class ImportResult(_Wire):
 @dataclass(frozen=True, slots=True)
 class ProjectServiceInfo(_Wire):
     """A project service: sandboxes in a project mode resolve `name` and reach `address`
-    on `ports` (`corral service add`)."""
+    on `ports` (`corral service add`); with `sandbox_id`, a port of that sandbox."""
 
     name: str
     address: str
     ports: list[int] = field(default_factory=list)
     created_at: float = 0.0
+    sandbox_id: str | None = None  # a port of this sandbox (`address` is then virtual)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> ProjectServiceInfo:
@@ -457,6 +466,7 @@ class ProjectServiceInfo(_Wire):
             address=str(data["address"]),
             ports=[int(p) for p in data.get("ports") or []],
             created_at=float(data.get("created_at", 0.0)),
+            sandbox_id=data.get("sandbox_id"),
         )
 
 

@@ -18,6 +18,7 @@ import time
 
 from corral.runtime.agent_client import AgentError
 from corral.service import access
+from corral.service.audit import note_target
 from corral.service.errors import CapacityExceeded, CorralError, NotFound
 from corral.service.model import LIVE_STATES, CreateRequest
 from corral.service.sandboxes import SandboxService
@@ -133,6 +134,7 @@ class PoolService:
                 self.schedule(template.name)
                 return None
             pick = ready[0]
+            note_target(pick.id)
             async with self.sb.admission:  # a claimed sandbox counts against its key's quotas
                 self.sb.check_quotas(
                     self.db.sandboxes.list(states=LIVE_STATES),

@@ -108,6 +108,7 @@ class Workspace:
         warm = WarmService(sandboxes, lifecycle)
         pools = PoolService(sandboxes)
         trust = TrustService(db, settings.signing_key_path)
+        ports = PortService(sandboxes)
         secret_service = SecretService(
             db, Sealer(settings.secrets_key_path), CertificateAuthority(settings.broker_dir)
         )
@@ -139,9 +140,9 @@ class Workspace:
             transfer=TransferService(sandboxes, lifecycle, snapshots, trust),
             trust=trust,
             pools=pools,
-            services=ProjectServices(sandboxes),
+            services=ProjectServices(sandboxes, ports),
             code=CodeService(sandboxes),
-            ports=PortService(sandboxes),
+            ports=ports,
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
             policy=sandboxes.policy,

@@ -9,6 +9,7 @@ from fastapi.responses import StreamingResponse
 
 from corral.api import schemas
 from corral.api.deps import SandboxesDep, WorkspaceDep
+from corral.api.routes.ports import port_schema
 from corral.service.errors import InvalidRequest
 from corral.service.sandboxes import CreateRequest
 from corral.service.workspace import Workspace
@@ -116,7 +117,18 @@ async def list_sandboxes(
 
 @router.get("/{sandbox_id}", operation_id="get_sandbox", response_model=schemas.Sandbox)
 async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
-    return with_secrets(to_schema(await ws.sandboxes.refresh(sandbox_id)), ws)
+    record = await ws.sandboxes.refresh(sandbox_id)
+    answer = to_schema(record)
+    services = ws.services.list()
+    # Without tokens: reading a sandbox is a viewer's right, a port's token its owner's
+    # (GET .../ports gives them).
+    answer.ports = [
+        port_schema(p).model_copy(update={"token": None}) for p in ws.ports.list(sandbox_id)
+    ]
+    if ws.sandboxes.policy_of(record).reaches_project:
+        answer.names = [s.name for s in services if s.sandbox_id != sandbox_id]
+    answer.serves_as = [s.name for s in services if s.sandbox_id == sandbox_id]
+    return with_secrets(answer, ws)
 
 
 @router.delete("/{sandbox_id}", operation_id="kill_sandbox", status_code=204)

@@ -52,6 +52,7 @@ from corral.runtime.base import (
 )
 from corral.service import access
 from corral.service.agent_keys import AgentKeys
+from corral.service.audit import note_target
 from corral.service.capacity import CapacityModel, CapacityReport
 from corral.service.errors import (
     CapacityExceeded,
@@ -391,6 +392,8 @@ class SandboxService:
         async with self.admission:
             live = self.db.sandboxes.list(states=LIVE_STATES)
             what = "this sandbox" if len(records) == 1 else f"these {len(records)} sandboxes"
+            for record in records[:1]:
+                note_target(record.id)  # the audit entry of the call names what it made
             self.check_quotas(live, records, what)
             self.capacity_model.admit(
                 live,

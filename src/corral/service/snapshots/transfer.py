@@ -34,6 +34,7 @@ from typing import Any
 
 from corral.paths import inside
 from corral.service import access
+from corral.service.audit import note_target
 from corral.service.errors import CapacityExceeded, CorralError, InvalidRequest, StateConflict
 from corral.service.images import IMAGE_COMPLETE, image_complete, image_size_mib, seal_image
 from corral.service.lifecycle import LifecycleService, refuse_secrets
@@ -260,6 +261,7 @@ class TransferService:
             image_mib=size,
             owner=access.new_owner(),
         )
+        note_target(record.id)
         async with self.sb.admission:
             try:
                 self.sb.check_quotas(

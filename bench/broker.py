@@ -20,7 +20,7 @@ a Python client inside the sandbox times the same GET to a host its secret is bo
 the broker) and to an unbound host (spliced), kept-alive and on new connections, alternating.
 
 The goal (issue 10): under 2 ms added per request on a kept-alive connection.
-Usage: ``.venv/bin/python bench/secrets.py [--requests 2000] [--connections 200]
+Usage: ``.venv/bin/python bench/broker.py [--requests 2000] [--connections 200]
 [--sandbox-requests 400] [--loopback-only]``.
 """
 
