@@ -102,9 +102,6 @@ class Settings(BaseSettings):
     # The credential broker (docs/secrets.md): the CA bundle upstream certificates are verified
     # against when the broker intercepts a connection (empty: the host's trust store).
     broker_upstream_ca: Path | None = None
-    # The E2B front: the domain E2B clients are told their sandboxes live under (host names
-    # ``{port}-{sandbox id}.{domain}``, routed by the daemon); unset: the host the client used.
-    e2b_domain: str | None = None
 
     # Bounds on what callers and sandboxes send (each refusal says which bound; docs/security.md).
     max_json_body_kib: int = Field(default=1024, ge=16)  # any JSON request body: HTTP 413 past it

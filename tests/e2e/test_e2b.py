@@ -322,8 +322,13 @@ def test_bad_input(daemon: Daemon) -> None:
                 json={},
             )
             assert rpc.status_code == 401
-            port = httpx.get(f"{daemon.url}/", headers={**health, "E2b-Sandbox-Port": "8080"})
-            assert port.status_code == 502 and "8080" in port.json()["message"]
+            # Other ports need the sandbox's traffic (or envd) token, and something listening.
+            port = {**health, "E2b-Sandbox-Port": "8080"}
+            assert httpx.get(f"{daemon.url}/", headers=port).status_code == 401
+            token = {"E2B-Traffic-Access-Token": "0" * 64}
+            assert httpx.get(f"{daemon.url}/", headers={**port, **token}).status_code == 401
+            bad = httpx.get(f"{daemon.url}/", headers={**health, "E2b-Sandbox-Port": "x"})
+            assert bad.status_code == 400
         finally:
             client.delete(f"/v1/sandboxes/{sandbox_id}")
 
@@ -454,12 +459,28 @@ def test_network_options_become_egress_rules(daemon: Daemon) -> None:
         offline.kill()
 
 
-def test_domain_and_traffic_token(daemon: Daemon, sbx: Sandbox) -> None:
-    host = daemon.url.removeprefix("http://")
-    assert sbx.sandbox_domain == host
-    assert sbx.get_host(8080) == f"8080-{sbx.sandbox_id}.{host}"
-    assert re.fullmatch(r"[0-9a-f]{64}", sbx.traffic_access_token or "")
-    assert sbx.traffic_access_token != Sandbox.connect(sbx.sandbox_id)._envd_access_token
+def test_domain_traffic_token_and_other_ports(daemon: Daemon, sbx: Sandbox) -> None:
+    port = daemon.url.rpartition(":")[2]
+    assert sbx.sandbox_domain == f"localhost:{port}"  # the daemon's domain of port host names
+    assert sbx.get_host(8000) == f"8000-{sbx.sandbox_id}.localhost:{port}"
+    traffic = sbx.traffic_access_token or ""
+    assert re.fullmatch(r"[0-9a-f]{64}", traffic)
+    envd_token = Sandbox.connect(sbx.sandbox_id)._envd_access_token
+    assert traffic != envd_token
+    # A server on port 8000 of the sandbox, reached as the E2B SDKs address ports.
+    sbx.files.write("/tmp/site/hello.txt", "served from the sandbox")
+    sbx.commands.run("cd /tmp/site && exec python3 -m http.server 8000", background=True)
+    routed = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8000"}
+    closed = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8001"}
+    for credential in ({"E2B-Traffic-Access-Token": traffic}, {"X-Access-Token": envd_token}):
+        deadline = time.monotonic() + 20
+        while True:
+            got = httpx.get(f"{daemon.url}/hello.txt?x=1", headers={**routed, **credential})
+            if got.status_code == 200 or time.monotonic() > deadline:
+                break
+        assert (got.status_code, got.text) == (200, "served from the sandbox")
+    refused = httpx.get(f"{daemon.url}/", headers={**closed, "X-Access-Token": envd_token})
+    assert refused.status_code == 502 and "8001" in refused.json()["message"]
 
 
 def test_first_generation_routes_and_host_names(daemon: Daemon, sbx: Sandbox) -> None:

@@ -148,6 +148,9 @@ class Sandbox(BaseModel):
     auto_park_idle: int | None = None
     auto_wake: bool = False
     parent_id: str | None = None
+    owner: str | None = Field(
+        default=None, description="the name of the key that made it (in listings and gets)"
+    )
     image_mib: int = Field(default=0, description="disk taken by its parked memory image")
     pooled: bool = Field(default=False, description="waiting in its template's ready pool")
     network: NetworkPolicy | None = None
@@ -600,3 +603,15 @@ class ConsoleLoginToken(BaseModel):
     path: str = Field(description="the console's login link, relative to the daemon's URL")
     expires_at: float = Field(description="Unix time")
     key_name: str = Field(description="the key (and so the role) the console will act as")
+
+
+class SandboxMetricsSample(BaseModel):
+    sandbox_id: str
+    timestamp: float = Field(description="Unix time of the sample")
+    cpu_count: float
+    cpu_used_pct: float = Field(description="percent of its cpu allowance since the last sample")
+    mem_used: int = Field(description="bytes")
+    mem_total: int = Field(description="bytes")
+    mem_cache: int = Field(description="bytes of file cache")
+    disk_used: int = Field(description="bytes")
+    disk_total: int = Field(description="bytes")
