@@ -29,6 +29,10 @@ class NotInSdk(Exception):
     """This SDK release has no such call."""
 
 
+class NotRun(Exception):
+    """The check needs a package this environment does not hold."""
+
+
 def check(name: str) -> Callable[[Callable[[Sandbox], None]], Callable[[Sandbox], None]]:
     def register(fn: Callable[[Sandbox], None]) -> Callable[[Sandbox], None]:
         CHECKS.append((name, fn))
@@ -333,7 +337,7 @@ def run_code(sbx: Sandbox) -> None:
     try:
         from e2b_code_interpreter import Sandbox as CodeSandbox
     except ImportError:
-        raise NotInSdk("e2b_code_interpreter") from None
+        raise NotRun("e2b-code-interpreter not installed (--code-interpreter)") from None
     code = CodeSandbox.create("code-interpreter", timeout=120)
     try:
         code.run_code("x = 41")
@@ -358,6 +362,8 @@ def main() -> None:
                 results[name] = {"status": "works"}
             except NotInSdk as exc:
                 results[name] = {"status": "not in SDK", "detail": str(exc)}
+            except NotRun as exc:
+                results[name] = {"status": "not run", "detail": str(exc)}
             except Exception as exc:
                 detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 results[name] = {"status": "fails", "detail": detail}

@@ -284,7 +284,17 @@ def test_fork_and_snapshots(sbx: Sandbox) -> None:
 
 
 def test_killed_sandbox_behind_a_session(sbx: Sandbox) -> None:
+    terminal = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
+    handle = sbx.files.watch_dir("/tmp")
     Sandbox.kill(sbx.sandbox_id)
+    with pytest.raises(SandboxException):  # ends, does not hang
+        terminal.wait()
+    with pytest.raises(SandboxException):
+        handle.get_new_events()
+    with pytest.raises(NotFoundException):
+        sbx.get_metrics()
+    with pytest.raises(NotFoundException):
+        sbx.update_network({"deny_out": ["203.0.113.0/24"]})
     with pytest.raises(SandboxException):
         sbx.commands.run("true", timeout=10)
     with pytest.raises(SandboxException):
@@ -302,6 +312,8 @@ def test_bad_input(daemon: Daemon) -> None:
         Sandbox.create("base", mcp={"exa": {"apiKey": "x"}})  # type: ignore[typeddict-item]
     with pytest.raises(AuthenticationException):
         Sandbox.create("base", api_key="e2b_" + "0" * 40)
+    with pytest.raises(SandboxException, match=r"400: network\.allow_out entry"):
+        Sandbox.create("base", network={"allow_out": ["1.1.1.1:99999"]})
     # Fields corral does not know are refused by name, never silently dropped.
     answer = httpx.post(
         f"{daemon.url}/v2/sandboxes",
@@ -310,6 +322,12 @@ def test_bad_input(daemon: Daemon) -> None:
     )
     assert answer.status_code == 400
     assert "gpu" in answer.json()["message"]
+    answer = httpx.post(
+        f"{daemon.url}/v2/sandboxes",
+        headers={"X-API-KEY": daemon.key},
+        json={"templateID": "base", "network": {"allowOut": [], "gpuNet": True}},
+    )
+    assert answer.status_code == 400 and "'gpuNet'" in answer.json()["message"]
     # envd refuses a request without the sandbox's access token, and ports it cannot forward.
     with daemon.client() as client:
         sandbox_id = client.post("/v1/sandboxes", json={"memory_mib": 256}).json()["id"]

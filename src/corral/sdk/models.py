@@ -24,6 +24,7 @@ __all__ = [
     "ProjectServiceInfo",
     "ResourceUsage",
     "SandboxInfo",
+    "SandboxMetrics",
     "SecretAuditEntry",
     "SecretInfo",
     "SnapshotInfo",
@@ -541,3 +542,39 @@ class SecretAuditEntry(_Wire):
             method=str(data["method"]),
             path=str(data["path"]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxMetrics(_Wire):
+    """One sample of a running sandbox's use (`sbx.metrics()`, `corral top`): cpu in percent of
+    its vCPUs since the previous sample, memory and disk in MiB."""
+
+    sandbox_id: str
+    at: float
+    cpu_count: float
+    cpu_used_pct: float
+    memory_used_mib: float
+    memory_cache_mib: float
+    memory_total_mib: int
+    disk_used_mib: float
+    disk_total_mib: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> SandboxMetrics:
+        def mib(name: str) -> float:
+            return round(float(data.get(name, 0)) / _MIB, 2)
+
+        return cls(
+            sandbox_id=str(data["sandbox_id"]),
+            at=float(data.get("timestamp", 0.0)),
+            cpu_count=float(data.get("cpu_count", 0.0)),
+            cpu_used_pct=float(data.get("cpu_used_pct", 0.0)),
+            memory_used_mib=mib("mem_used"),
+            memory_cache_mib=mib("mem_cache"),
+            memory_total_mib=int(mib("mem_total")),
+            disk_used_mib=mib("disk_used"),
+            disk_total_mib=int(mib("disk_total")),
+        )
+
+
+_MIB = 1024 * 1024

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         ProcessInfo,
         ProjectServiceInfo,
         SandboxInfo,
+        SandboxMetrics,
         SandboxOptions,
         SecretAuditEntry,
         SecretInfo,
@@ -445,6 +446,10 @@ class Sandbox:
 
     def info(self) -> SandboxInfo:
         return portal().call(self._async.info())
+
+    def metrics(self) -> SandboxMetrics:
+        """Its cpu, memory and disk use now (a running sandbox; else `Conflict`)."""
+        return portal().call(self._async.metrics())
 
     def kill(self) -> None:
         """Kill the sandbox; a sandbox that is already gone is not an error."""

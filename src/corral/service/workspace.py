@@ -121,6 +121,7 @@ class Workspace:
         sandboxes.pool_hook = pools.claim
         events = EventBus()
         db.sandboxes.listeners.append(events.sandbox_changed)
+        templates.on_build_progress = events.build_progress
         templates.builder.egress = sandboxes.egress
         templates.builder.finish = warm.warm
         templates.builder.rollback = templates.forget

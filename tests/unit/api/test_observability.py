@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 import sqlalchemy
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
+from corral.cli.main import app
 from corral.sdk import AsyncClient, Event
 from tests.unit.conftest import Served
 
@@ -143,3 +145,25 @@ async def test_metrics_parse_and_move_when_sandboxes_work(served: Served) -> Non
     forbidden = ("corral_errors_total", (("code", "forbidden"),))
     assert after[forbidden] >= 1
     assert after[("corral_api_keys", ())] == 2
+
+
+async def test_sandbox_metrics_through_the_sdk_and_corral_top(served: Served) -> None:
+    member = served.key("m", "member")
+    other = served.key("o", "member")
+    async with AsyncClient(served.url, member) as sdk:
+        sbx = await sdk.create_sandbox()
+        sample = await sbx.metrics()
+        assert sample.sandbox_id == sbx.id and sample.memory_total_mib == 256
+        assert sample.memory_used_mib > 0 and 0 <= sample.cpu_used_pct <= 100
+    async with served.client(other) as o:
+        hidden = await o.get(f"/v1/sandboxes/{sbx.id}/metrics")
+        assert hidden.status_code == 404
+    runner = CliRunner()
+    argv = ["--url", served.url, "--api-key", member, "top", "--json"]
+    result = await asyncio.to_thread(runner.invoke, app, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(r["sandbox_id"], r["template"]) for r in rows] == [(sbx.id, "base")]
+    argv = ["--url", served.url, "--api-key", other, "top", "--once"]
+    result = await asyncio.to_thread(runner.invoke, app, argv, catch_exceptions=False)
+    assert result.exit_code == 0 and sbx.id not in result.stdout and "CPU%" in result.stdout

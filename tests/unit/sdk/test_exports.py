@@ -36,6 +36,7 @@ def test_the_public_names() -> None:
             *("CodeContext", "Execution"),
             *("NetworkPolicy", "PortInfo", "ProcessEvent", "ProcessInfo", "ProjectServiceInfo"),
             *("ResourceUsage", "SandboxInfo", "SandboxOptions", "SecretAuditEntry"),
+            "SandboxMetrics",
             *("SecretInfo", "SnapshotInfo", "TemplateInfo", "TrustedKey", "WriteResult"),
         ]
     )

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from corral.config import Settings
 from corral.images import ImageStore
@@ -161,6 +162,8 @@ class TemplateService:
         self._building: dict[str, object] = {}
         self._defaults: dict[str, tuple[str | None, str | None]] = {}
         self.after_build: Callable[[TemplateRecord], object] = lambda _template: None
+        # Set by the workspace: (template, owner key id, event) for each build step and end.
+        self.on_build_progress: Callable[[str, str | None, dict[str, Any]], None] | None = None
         """Hook run after a build commits (warm templates and ready pools plug in here)."""
 
     # -- start -------------------------------------------------------------------------------
@@ -580,6 +583,10 @@ class TemplateService:
             for upload_id in plan.uploads:
                 plan.owned.append(self.uploads.claim(upload_id).dir)
             handle = BuildHandle(name, self.log_path(name), self._settings.build_log_max_kib * 1024)
+            progress = self.on_build_progress
+            if progress is not None:
+                owner = access.new_owner()
+                handle.on_progress = lambda event: progress(name, owner, event)
         except BaseException:
             builder.release(plan)
             for owned in plan.owned:
