@@ -339,3 +339,50 @@ def test_a_sandbox_port_as_a_project_service(
         client.remove_service("api.project")
     listed = daemon.cli("service", "ls")
     assert "api.project" not in listed.stdout.decode()
+
+
+def _raw_exchange(daemon: Daemon, data: bytes) -> bytes:
+    """Send ``data`` on one connection to the daemon and read until it closes."""
+    with socket.create_connection(_host_of(daemon), timeout=30) as sock:
+        sock.sendall(data)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got
+
+
+def test_attacks_on_the_inbound_proxy_fail(daemon: Daemon, served: tuple[Client, Sandbox]) -> None:
+    client, sbx = served
+    opened = sbx.ports.open(HTTP_PORT)
+    other = client.create_sandbox()
+    try:
+        other.ports.open(HTTP_PORT)  # open, token needed, nothing listening
+        # Authorized for one sandbox, then a second request on the same connection for
+        # another sandbox's port: the connection ends; the second never reaches anything.
+        first = (
+            f"GET /sandboxes/{sbx.id}/ports/{HTTP_PORT}/one HTTP/1.1\r\nHost: x\r\n"
+            f"X-Corral-Token: {opened.token}\r\n\r\n"
+        )
+        second = f"GET /sandboxes/{other.id}/ports/{HTTP_PORT}/two HTTP/1.1\r\nHost: x\r\n\r\n"
+        got = _raw_exchange(daemon, (first + second).encode())
+        assert got.count(b"HTTP/1.1 ") == 1 and b'"/one"' in got and b"/two" not in got
+        # ... nor the daemon's API with no key, by a later request on the connection.
+        api = "GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\n\r\n"
+        got = _raw_exchange(daemon, (first + api).encode())
+        assert got.count(b"HTTP/1.1 ") == 1 and b'"sandboxes":' not in got
+        # A head with both Content-Length and chunked (request smuggling) is refused.
+        smuggle = (
+            f"POST /sandboxes/{sbx.id}/ports/{HTTP_PORT}/s HTTP/1.1\r\nHost: x\r\n"
+            f"X-Corral-Token: {opened.token}\r\nContent-Length: 4\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        )
+        assert _raw_exchange(daemon, smuggle.encode()).startswith(b"HTTP/1.1 400 ")
+        # A port token is no API key, and an API key is no port token.
+        with_token = httpx.get(
+            f"{daemon.url}/v1/sandboxes", headers={"Authorization": f"Bearer {opened.token}"}
+        )
+        assert with_token.status_code == 401
+        with_key = httpx.get(opened.path_url, headers={"X-Corral-Token": daemon.key})
+        assert with_key.status_code == 403
+    finally:
+        other.kill()

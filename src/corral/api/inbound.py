@@ -19,11 +19,13 @@ asyncio transport and both directions are spliced in the kernel (``network/splic
 answers as they come, the requests too, but the proxy still finds the start of every later
 request on a kept-alive connection (``Content-Length`` bodies spliced by count, chunked ones read
 through ``h11``): each head is checked against the first request's target and rewritten; a
-request for another sandbox or port (or the API) closes the connection. After an ``Upgrade``
+request for another sandbox or port (or the API) is not forwarded: the answers under way finish
+(the port sees the end of the requests) and the connection closes. After an ``Upgrade``
 request (WebSocket) everything is spliced as is.
 
 Bounds: a request head at most ``max_head`` bytes (431), at most ``max_connections`` proxied
-connections at once (503), the upstream connect within ``connect_timeout`` (504). Errors are the
+connections at once (503), the upstream connect within ``connect_timeout`` (504), the answers
+still owed after the requests end within ``drain_timeout``. Errors are the
 API's JSON ``{"code", "message"}`` with the status of ``corral.errcodes``; a port nothing listens
 on is a 502 saying so.
 """
@@ -242,8 +244,10 @@ class InboundProxy:
         max_head: int = 64 * 1024,
         connect_timeout: float = 10.0,
         max_connections: int = 1024,
+        drain_timeout: float = 60.0,
     ) -> None:
         self.ports = ports
+        self.drain_timeout = drain_timeout
         self.app_ports = app_ports
         self.max_head = max_head
         self.connect_timeout = connect_timeout
@@ -424,10 +428,11 @@ class _Link:
             if not clean:
                 answers.cancel()
                 return False
-            # The client said all it had: the answer may still be coming.
+            # The client said all it had (or asked for something else): the answer may still be
+            # coming; the sandbox's port sees the end of the requests.
             with contextlib.suppress(OSError):
                 self.upstream.shutdown(socket.SHUT_WR)
-            await answers
+            await asyncio.wait_for(answers, self.proxy.drain_timeout)
             return True
         finally:
             for task in (requests, answers):
@@ -436,7 +441,8 @@ class _Link:
             await asyncio.gather(requests, answers, return_exceptions=True)
 
     async def _requests(self, pending: bytes) -> bool:
-        """Copy the client's requests; True at the client's end, False when cut off."""
+        """Copy the client's requests; True when they end (the client's end, or a request
+        that is not forwarded), False when the connection is to be cut."""
         loop = asyncio.get_running_loop()
         request = self.first
         while True:
@@ -462,11 +468,12 @@ class _Link:
             try:
                 following = parse_head(head, self.proxy.app_ports)
             except BadHead as exc:
-                log.info("inbound connection to %s cut: %s", self.first.sandbox_id, exc.message)
-                return False
+                log.info("inbound connection to %s ends: %s", self.first.sandbox_id, exc.message)
+                return True
             if following is None or not following.same_target(self.first):
-                # Another sandbox, port or the API on this connection: the client opens a new one.
-                return False
+                # Another sandbox, port or the API on this connection: it is not forwarded; the
+                # answers under way finish, then the connection closes (clients open a new one).
+                return True
             request = following
 
     async def _next_head(self, pending: bytes) -> tuple[bytes | None, bytes]:

@@ -39,6 +39,7 @@ from corral.service.images import image_complete, image_size_mib, seal_image
 from corral.service.lifecycle import LifecycleService, refuse_secrets
 from corral.service.model import CreateRequest, require_state
 from corral.service.sandboxes import SandboxService
+from corral.service.secrets import SNAPSHOT_OWNER
 from corral.service.snapshots import fs_capture
 from corral.storage import SandboxRecord, SnapshotRecord
 
@@ -54,7 +55,7 @@ LIST_FILE = "/tmp/.corral-snapshot.list"
 def snapshot_owner(name: str) -> str:
     """Who holds a memory snapshot's brokered-secret bindings (``secrets.inherit``) until a
     sandbox restored from it takes them over."""
-    return f"snapshot:{name}"
+    return SNAPSHOT_OWNER + name
 
 
 def check_name(name: str) -> str:
