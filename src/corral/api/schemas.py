@@ -153,6 +153,11 @@ class Sandbox(BaseModel):
     )
     image_mib: int = Field(default=0, description="disk taken by its parked memory image")
     pooled: bool = Field(default=False, description="waiting in its template's ready pool")
+    frozen: bool = Field(
+        default=False,
+        description="running, but frozen for idleness: it costs no CPU, and the next call thaws "
+        "it first (in answers about one sandbox; lists leave it false)",
+    )
     network: NetworkPolicy | None = None
     # Filled in by GET /v1/sandboxes/{id} only (a list leaves them empty).
     ports: list[Port] = Field(default_factory=list, description="its open inbound ports")
