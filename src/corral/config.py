@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     network_prefix: str = "corral"
     network_subnet: str = "10.200.0.0/16"
     agent_ready_timeout: float = 20.0
+    # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
+    # the next call reaches it (docs/lifecycle.md); 0 never freezes.
+    freeze_idle_seconds: float = Field(default=30.0, ge=0)
     # Egress (docs/network.md): the modes sandboxes may use (comma-separated; the first is the
     # default of `corral new`), the resolvers the sandboxes' DNS goes to (comma-separated IPv4;
     # empty: the host's /etc/resolv.conf) and the interfaces internet egress leaves by (empty:

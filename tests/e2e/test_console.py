@@ -341,3 +341,54 @@ def test_keys_policy_audit_and_what_member_and_viewer_keys_see(
                 expect(other.get_by_text("A viewer key may not open a terminal")).to_be_visible()
         finally:
             context.close()
+
+
+def test_sandbox_page_fork_snapshot_ports_processes_and_a_refusal(
+    daemon: Daemon, page: Page, shots: Path
+) -> None:
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    # A request the daemon refuses: its message is shown as it is.
+    form = page.get_by_role("form", name="New sandbox")
+    form.get_by_label("Memory MiB").fill("9999999")
+    form.get_by_role("button", name="New sandbox").click()
+    expect(page.get_by_role("alert")).to_contain_text(re.compile(r"Refused \(4\d\d\).*memory"))
+    page.screenshot(path=shots / "refused.png")
+
+    with daemon.client() as api:
+        sandbox_id = api.post("/v1/sandboxes", json={"memory_mib": 256}).json()["id"]
+        started = api.post(
+            f"/v1/sandboxes/{sandbox_id}/exec",
+            json={"cmd": ["sleep", "300"], "background": True},
+        )
+        pid = started.json()["pid"]
+    page.goto(f"{daemon.url}/console/#/sandboxes/{sandbox_id}?tab=processes")
+    row = page.locator("tr", has_text="sleep 300")
+    row.get_by_label(f"Signal for {pid}").select_option("SIGKILL")
+    row.get_by_role("button", name="Signal").click()
+    page.get_by_role("dialog").get_by_role("button", name="Send SIGKILL").click()
+    expect(row).to_contain_text("killed by 9")
+
+    page.get_by_role("tab", name="ports").click()
+    page.get_by_label("Port").fill("8080")
+    page.get_by_role("button", name="Open port").click()
+    link = page.locator("table a", has_text="8080").first
+    expect(link).to_be_visible()
+    assert (link.get_attribute("href") or "").startswith("http")
+    page.screenshot(path=shots / "ports.png", full_page=True)
+
+    page.get_by_role("button", name="Fork").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("spinbutton").fill("2")
+    dialog.get_by_role("button", name="Fork").click()
+    page.get_by_role("button", name="Snapshot").click()
+    dialog.get_by_role("textbox").fill("from-console")
+    dialog.get_by_role("button", name="Snapshot").click()
+    page.get_by_role("tab", name="lineage").click()
+    lineage = page.get_by_role("tabpanel")
+    expect(lineage.locator("li a")).to_have_count(2)  # the two forks
+    expect(lineage).to_contain_text("from-console")
+    page.screenshot(path=shots / "lineage.png", full_page=True)
+    page.get_by_role("link", name="Snapshots").click()
+    expect(page.locator("table")).to_contain_text("from-console")
+    page.screenshot(path=shots / "snapshots.png", full_page=True)

@@ -154,6 +154,17 @@ def test_commands_foreground(sbx: Sandbox) -> None:
         sbx.commands.run("sleep 30", timeout=1)
 
 
+def test_many_megabytes_of_output(sbx: Sandbox) -> None:
+    seen = [0]
+
+    def count(chunk: str) -> None:
+        seen[0] += len(chunk)
+
+    result = sbx.commands.run("head -c 24000000 /dev/zero | base64 -w 0", on_stdout=count)
+    assert len(result.stdout) == seen[0] == 32_000_000
+    assert set(result.stdout) == {"A"}
+
+
 def test_commands_background_stdin_list_connect_kill(sbx: Sandbox) -> None:
     handle = sbx.commands.run("cat", background=True, stdin=True)
     sbx.commands.send_stdin(handle.pid, "through stdin\n")

@@ -184,6 +184,30 @@ def test_tokens_missing_wrong_query_and_cookie(
     sbx.ports.close(9)
 
 
+def test_a_sandbox_server_never_sees_the_console_session_cookie(
+    daemon: Daemon, served: tuple[Client, Sandbox]
+) -> None:
+    """The attack: a user logged in to the web console opens a sandbox's port by its path URL
+    (same origin as the console, so the browser sends the session cookie along); the sandbox's
+    server reads the Cookie header to act as that user's key. The proxy removes it."""
+    _, sbx = served
+    opened = sbx.ports.open(HTTP_PORT)
+    with httpx.Client(base_url=daemon.url, headers={"Origin": daemon.url}, timeout=30) as browser:
+        login = browser.post("/console/api/session", json={"api_key": daemon.key})
+        assert login.status_code == 200, login.text
+        session = browser.cookies["corral_session"]
+    # A new connection, as a browser opens for the port (a kept-alive API one stays the API's).
+    answer = httpx.get(
+        opened.path_url + "steal",
+        headers={"X-Corral-Token": opened.token or "", "Cookie": f"x=1; corral_session={session}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    cookie = answer.json()["headers"].get("cookie", "")
+    assert session not in cookie and "corral_session" not in cookie
+    assert cookie == "x=1"  # the page's own cookies still reach it
+
+
 def test_public_port_closed_port_and_nothing_listening(served: tuple[Client, Sandbox]) -> None:
     _, sbx = served
     public = sbx.ports.open(HTTP_PORT + 1, public=True)

@@ -9,10 +9,12 @@ Routes (the daemon's own listener; ``api/front.py`` hands over the connections t
 
 Credentials (``service.ports.PortService.check_access``): the port's token in the
 ``X-Corral-Token`` header, the ``corral_token`` query parameter, or the ``corral_token`` cookie;
-a public port needs none. All three are removed before the request goes on. A GET or HEAD with
-the token in its query is answered with a redirect to the same URL without it that sets the
-cookie (scoped to the route), so a browser can follow links while the token leaves the address
-bar. Then the sandbox is resolved (a parked sandbox with auto-wake wakes now) and connected to.
+a public port needs none. All three are removed before the request goes on, and so is the web
+console's session cookie (``corral_session``), which a browser sends to path routes too. A GET
+or HEAD with the token in its query is answered with a redirect to the same URL without it that
+sets the cookie (scoped to the route), so a browser can follow links while the token leaves the
+address bar. Then the sandbox is resolved (a parked sandbox with auto-wake wakes now) and
+connected to.
 
 Streaming: once the first request is let through, the connection's socket is taken out of its
 asyncio transport and both directions are spliced in the kernel (``network/splice.py``): the
@@ -48,6 +50,7 @@ import h11
 
 from corral.errcodes import status_of
 from corral.network import splice
+from corral.service.console_sessions import COOKIE_NAME as CONSOLE_COOKIE
 from corral.service.errors import CorralError
 from corral.service.ports import PortService
 
@@ -58,6 +61,9 @@ log = logging.getLogger("corral.inbound")
 HEAD_END = b"\r\n\r\n"
 TOKEN_HEADER = b"x-corral-token"
 TOKEN_NAME = "corral_token"
+# The web console's session cookie rides along with every request to the daemon's origin, path
+# routes included: a sandbox's server must never see it (it is the key of whoever is logged in).
+DAEMON_COOKIES = (TOKEN_NAME.encode(), CONSOLE_COOKIE.encode())
 CHUNK = 256 * 1024  # one read of a chunked request body
 _PATH = re.compile(rb"^/sandboxes/(sb-[0-9a-z]{4,32})/ports/(\d{1,5})(/[^?#]*)?(\?.*)?$", re.S)
 _HOST = re.compile(rb"^(\d{1,5})-(sb-[0-9a-z]{4,32})\.", re.I)
@@ -217,13 +223,13 @@ def _strip_credentials(
         if lower == TOKEN_HEADER:
             header_token = value.decode("latin-1").strip()
             continue
-        if lower == b"cookie" and TOKEN_NAME.encode() in value:
+        if lower == b"cookie" and any(name in value for name in DAEMON_COOKIES):
             crumbs = []
             for crumb in value.split(b";"):
                 key, _, val = crumb.strip().partition(b"=")
                 if key == TOKEN_NAME.encode():
                     cookie_token = val.decode("latin-1")
-                elif crumb.strip():
+                elif key not in DAEMON_COOKIES and crumb.strip():
                     crumbs.append(crumb.strip())
             if not crumbs:
                 continue

@@ -75,7 +75,7 @@ def print_sandboxes(sandboxes: Iterable[SandboxInfo]) -> None:
 def print_sandbox(sbx: SandboxInfo) -> None:
     lines = [
         ("id", sbx.id),
-        ("state", sbx.state),
+        ("state", sbx.state + (" (frozen while idle)" if sbx.frozen else "")),
         ("template", sbx.template),
         ("cpu", str(number(sbx.cpu))),
         ("memory", f"{sbx.memory_mib} MiB"),

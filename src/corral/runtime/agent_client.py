@@ -24,9 +24,10 @@ escapes and in query strings as percent-encoded raw bytes, as the protocol says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from typing import Any
 from urllib.parse import quote_from_bytes
 
@@ -89,6 +90,9 @@ class AgentClient:
     Not bound to a task: any coroutine of the daemon's event loop may use it concurrently (httpx
     pools connections; each stream holds one connection while it is iterated). Close it with
     ``aclose()`` (or ``async with``) when the sandbox goes away or is restored elsewhere.
+
+    ``in_flight`` counts the requests open on it (a stream counts until it is closed): the
+    service freezes an idle sandbox only when nothing is talking to its agent.
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class AgentClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         bracketed = f"[{host}]" if ":" in host else host
+        self.host = bracketed
         self.base_url = f"http://{bracketed}:{port}"
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
@@ -108,6 +113,7 @@ class AgentClient:
                 max_connections=None, max_keepalive_connections=16, keepalive_expiry=30.0
             ),
         )
+        self.in_flight = 0
 
     async def __aenter__(self) -> AgentClient:
         return self
@@ -118,11 +124,25 @@ class AgentClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    def sandbox_url(self, port: int) -> str:
+        """``http://ADDRESS:PORT`` of another port of this sandbox, as the daemon reaches it
+        (the slot forwards every port the host connects to)."""
+        return f"http://{self.host}:{port}"
+
     def set_key(self, key: str) -> None:
         """Send ``key`` (the agent's, hex) from now on."""
         self._http.headers["Authorization"] = f"Bearer {key}"
 
     # -- plumbing ----------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _open(self, method: str, url: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+        """``httpx``'s ``stream``, counted in ``in_flight`` while it is open."""
+        self.in_flight += 1
+        try:
+            async with self._http.stream(method, url, **kwargs) as response:
+                yield response
+        finally:
+            self.in_flight -= 1
 
     @staticmethod
     def _too_large(doing: str, what: str) -> AgentError:
@@ -177,7 +197,7 @@ class AgentClient:
         **kwargs: Any,
     ) -> httpx.Response:
         try:
-            async with self._http.stream(
+            async with self._open(
                 method, url, timeout=timeout or _UNARY_TIMEOUT, **kwargs
             ) as streamed:
                 response = await self._read_capped(streamed, doing)
@@ -191,7 +211,7 @@ class AgentClient:
         self, method: str, url: str, doing: str, **kwargs: Any
     ) -> AsyncGenerator[dict[str, Any], None]:
         try:
-            async with self._http.stream(method, url, timeout=_FOLLOW_TIMEOUT, **kwargs) as resp:
+            async with self._open(method, url, timeout=_FOLLOW_TIMEOUT, **kwargs) as resp:
                 if resp.status_code >= 400:
                     raise self._error(doing, await self._read_capped(resp, doing))
                 pending = b""
@@ -228,7 +248,7 @@ class AgentClient:
                     f" (last error: {last})"
                 )
             try:
-                async with self._http.stream(
+                async with self._open(
                     "GET", "/health", timeout=httpx.Timeout(min(remaining, 1.0))
                 ) as streamed:
                     response = await self._read_capped(streamed, "checking health")
@@ -333,7 +353,7 @@ class AgentClient:
         doing = f"reading {path!r}"
         url = f"/files/content?{_query(path=path)}"
         try:
-            async with self._http.stream("GET", url, timeout=_TRANSFER_TIMEOUT) as response:
+            async with self._open("GET", url, timeout=_TRANSFER_TIMEOUT) as response:
                 if response.status_code >= 400:
                     raise self._error(doing, await self._read_capped(response, doing))
                 empty = True

@@ -163,6 +163,8 @@ class SandboxInfo(_Wire):
     parent_id: str | None = None
     image_mib: int = 0
     network: NetworkPolicy | None = None
+    # From `info()` only: running but frozen for idleness (the next call thaws it first).
+    frozen: bool = False
     # From `info()` (GET of one sandbox) only: its open ports, the project services' names it
     # resolves, and the project services that are ports of it.
     ports: list[PortInfo] = field(default_factory=list)
@@ -190,6 +192,7 @@ class SandboxInfo(_Wire):
             auto_wake=bool(data.get("auto_wake", False)),
             parent_id=data.get("parent_id"),
             image_mib=int(data.get("image_mib") or 0),
+            frozen=bool(data.get("frozen", False)),
             network=NetworkPolicy.from_wire(data["network"]) if data.get("network") else None,
             ports=[PortInfo.from_wire(item) for item in data.get("ports") or []],
             names=[str(name) for name in data.get("names") or []],

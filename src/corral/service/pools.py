@@ -160,6 +160,7 @@ class PoolService:
         self.schedule(template.name, delay=REFILL_DELAY)
         if request.env or request.secret_env:
             try:
+                await self.sb.thaw(record.id)
                 await self.sb.agent(record.id, "configure").set_env({**env, **request.secret_env})
             except (AgentError, CorralError) as exc:
                 await self.sb.kill(record.id)

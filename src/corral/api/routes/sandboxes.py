@@ -124,6 +124,7 @@ async def list_sandboxes(
 async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
     record = await ws.sandboxes.refresh(sandbox_id)
     answer = to_schema(record, ws.api_keys.names())
+    answer.frozen = ws.sandboxes.freezer.is_frozen(sandbox_id)
     services = ws.services.list()
     # Without tokens: reading a sandbox is a viewer's right, a port's token its owner's
     # (GET .../ports gives them).

@@ -124,6 +124,7 @@ class LifecycleService:
         async with self.sb.lock(sandbox_id):
             record = self.sb.get(sandbox_id)
             require_state(record, "park", "running")
+            await self.sb.thaw(sandbox_id)
             async with self.sb.admission:
                 self.sb.check_quotas(
                     self.db.sandboxes.list(states=LIVE_STATES),
@@ -253,6 +254,7 @@ class LifecycleService:
             source = self.sb.get(sandbox_id)
             require_state(source, "fork", "running")
             refuse_secrets(source, "fork")
+            await self.sb.thaw(sandbox_id)
             now = time.time()
             ttl = (source.expires_at - source.created_at) if source.expires_at else None
             children = [
@@ -447,6 +449,8 @@ class LifecycleService:
                 if time.monotonic() - last_health >= health_every:
                     last_health = time.monotonic()
                     for record in self.db.sandboxes.list(states={"running"}):
+                        if self.sb.freezer.is_frozen(record.id):
+                            continue  # a frozen sandbox costs nothing; its thaw checks it
                         if not record.operation and not self.sb.lock(record.id).locked():
                             await self.sb.check_alive(record)
             except asyncio.CancelledError:
@@ -478,6 +482,13 @@ class LifecycleService:
             ):
                 log.info("sandbox %s: idle for %ss; parking it", record.id, record.auto_park_idle)
                 await self._try_park(record.id)
+            elif (
+                record.state == "running"
+                and self.settings.freeze_idle_seconds
+                and not self.sb.freezer.is_frozen(record.id)
+                and self.sb.idle_for(record, self.settings.freeze_idle_seconds, now)
+            ):
+                await self.sb.freeze_if_idle(record)
 
     async def _try_park(self, sandbox_id: str) -> bool:
         try:

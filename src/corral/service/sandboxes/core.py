@@ -78,6 +78,7 @@ from corral.service.model import (
 )
 from corral.service.policy import PolicyService
 from corral.service.quotas import check_quotas, usage_of
+from corral.service.sandboxes.freezer import Freezer
 from corral.service.secrets import BrokeredSetup, SecretService
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, TemplateRecord
@@ -118,6 +119,7 @@ class SandboxService:
         self._busy: dict[str, int] = {}
         self._last_active: dict[str, float] = {}
         self._started_at = time.time()
+        self.freezer = Freezer(runtime)
         # Set by the lifecycle service: wakes a parked sandbox (for auto_wake).
         self.wake_hook: Callable[[str], Awaitable[SandboxRecord]] | None = None
         # Set by the pool service: hands out a ready sandbox that fits a request, if any.
@@ -176,6 +178,8 @@ class SandboxService:
         pruned = self.db.sandboxes.prune(states=PRUNED_STATES, ended_before=cutoff)
         for sandbox_id in pruned:
             self._locks.pop(sandbox_id, None)
+            if self.secrets is not None:  # one that failed or stopped was never killed
+                self.secrets.forget(sandbox_id)
         return pruned
 
     def agent(
@@ -196,7 +200,43 @@ class SandboxService:
         record = self.get(sandbox_id)
         if record.state == "parked" and record.auto_wake and self.wake_hook is not None:
             record = await self.wake_hook(sandbox_id)
+        await self.thaw(sandbox_id)
         return self.agent(sandbox_id, action, record)
+
+    async def thaw(self, sandbox_id: str) -> None:
+        """Resume the sandbox if idleness froze it, and count this as activity (so the monitor
+        does not freeze it again under the call that asked). Every call that reaches a running
+        sandbox's agent or runtime goes through here first."""
+        self.touch(sandbox_id)
+        await self.freezer.thaw(sandbox_id)
+
+    def idle_for(self, record: SandboxRecord, seconds: float, now: float) -> bool:
+        """No call in flight (through the API or any request open on its agent link) and none
+        for ``seconds``."""
+        client = self._clients.get(record.id)
+        return (
+            not self.in_use(record.id)
+            and (client is None or client.in_flight == 0)
+            and self.last_active(record) + seconds <= now
+        )
+
+    async def freeze_if_idle(self, record: SandboxRecord) -> bool:
+        """Freeze a running sandbox idle for the workspace's ``freeze_idle_seconds``."""
+        after = self.settings.freeze_idle_seconds
+        if not after or record.state != "running" or self.freezer.is_frozen(record.id):
+            return False
+
+        def still_idle() -> bool:
+            current = self.db.sandboxes.get(record.id)
+            return (
+                current is not None
+                and current.state == "running"
+                and not current.operation
+                and not self.lock(record.id).locked()
+                and self.idle_for(current, after, time.time())
+            )
+
+        return await self.freezer.freeze(record.id, still_idle)
 
     def touch(self, sandbox_id: str) -> None:
         """Note activity (an exec or file call) for idle auto-park. Kept in memory: writing the
@@ -566,6 +606,8 @@ class SandboxService:
                             "cwd": template.workdir,
                             "user": template.user,
                             "tag": "start",
+                            # recipes' servers (the code interpreter) are kept running
+                            "restart": template.labels.get("corral.start.restart") == "always",
                         }
                     )
             except BaseException as exc:
@@ -830,6 +872,7 @@ class SandboxService:
     ) -> None:
         """Destroy the runtime and release the slot; never raises (logs what failed)."""
         self.keys.forget(sandbox_id)
+        self.freezer.forget(sandbox_id)
         client = self._clients.pop(sandbox_id, None)
         if client is not None:
             with contextlib.suppress(Exception):

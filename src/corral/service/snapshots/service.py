@@ -174,6 +174,7 @@ class SnapshotService:
         async with self.sb.lock(sandbox_id):
             source = self.sb.get(sandbox_id)
             require_state(source, "snapshot", "running")
+            await self.sb.thaw(sandbox_id)
             if not fs_only:
                 refuse_secrets(source, "memory snapshot")
             elif source.secret_keys and not allow_secrets:
