@@ -606,6 +606,8 @@ class SandboxService:
                             "cwd": template.workdir,
                             "user": template.user,
                             "tag": "start",
+                            # recipes' servers (the code interpreter) are kept running
+                            "restart": template.labels.get("corral.start.restart") == "always",
                         }
                     )
             except BaseException as exc:
