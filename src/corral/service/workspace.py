@@ -24,6 +24,7 @@ from corral.runtime.base import AgentMount, Runtime
 from corral.service.audit import AuditLog
 from corral.service.auth import ApiKeys
 from corral.service.builds import TemplateBuilder
+from corral.service.code import CodeService
 from corral.service.console_sessions import ConsoleSessions
 from corral.service.events import EventBus
 from corral.service.files import FileService
@@ -67,6 +68,7 @@ class Workspace:
     trust: TrustService
     pools: PoolService
     services: ProjectServices
+    code: CodeService
     ports: PortService
     secrets: SecretService
     metrics: MetricsService
@@ -140,6 +142,7 @@ class Workspace:
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes, ports),
+            code=CodeService(sandboxes),
             ports=ports,
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
@@ -211,6 +214,7 @@ class Workspace:
     async def stop(self) -> None:
         await self.pools.stop()
         await self.lifecycle.stop()
+        await self.code.aclose()
         await self.audit.stop()
         await self.secrets.stop()
         for hook in self.on_stop:

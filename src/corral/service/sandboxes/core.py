@@ -178,6 +178,8 @@ class SandboxService:
         pruned = self.db.sandboxes.prune(states=PRUNED_STATES, ended_before=cutoff)
         for sandbox_id in pruned:
             self._locks.pop(sandbox_id, None)
+            if self.secrets is not None:  # one that failed or stopped was never killed
+                self.secrets.forget(sandbox_id)
         return pruned
 
     def agent(
@@ -604,6 +606,8 @@ class SandboxService:
                             "cwd": template.workdir,
                             "user": template.user,
                             "tag": "start",
+                            # recipes' servers (the code interpreter) are kept running
+                            "restart": template.labels.get("corral.start.restart") == "always",
                         }
                     )
             except BaseException as exc:

@@ -112,10 +112,12 @@ class BuildRequest:
         step_timeout: float | None = None,
         build_disk_mib: int | None = None,
         network: str | None = None,
+        recipes: builtins.list[str] | None = None,
         shared: bool | None = None,
     ) -> None:
         self.network = network
         self.shared = shared
+        self.recipes = list(recipes or [])  # templates/recipes.py: applied before the steps
         self.name = name
         self.base = base
         self.steps = list(steps or [])
@@ -384,6 +386,7 @@ class TemplateService:
             base_text = parsed.base
             steps = parsed.steps + steps
         base_text = base_text or "base"
+        recipe_defaults = None
         for step in steps:
             if step.kind not in (
                 "run",
@@ -396,6 +399,12 @@ class TemplateService:
                 "entrypoint",
             ):
                 raise InvalidRequest(f"unknown build step {step.kind!r}")
+        if request.recipes:
+            from corral.images.host_packages import host_package_settings
+            from corral.service.templates.recipes import expand
+
+            recipe_defaults = expand(request.recipes, host_package_settings())
+            steps = recipe_defaults.steps + steps + recipe_defaults.cleanup
         base = None
         source = None
         label = None
@@ -441,6 +450,14 @@ class TemplateService:
         def pick(value: object, fallback: object) -> object:
             return fallback if value is None else value
 
+        if recipe_defaults is not None:  # a recipe's defaults, unless the request sets them
+            inherited = replace(
+                inherited,
+                memory_mib=max(inherited.memory_mib, recipe_defaults.memory_mib or 0),
+                start_cmd=recipe_defaults.start or inherited.start_cmd,
+                warmup=recipe_defaults.warmup or inherited.warmup,
+            )
+
         template = replace(
             inherited,
             name=name,
@@ -452,7 +469,7 @@ class TemplateService:
             max_disk_mib=pick(request.max_disk_mib, inherited.max_disk_mib),  # type: ignore[arg-type]
             start_cmd=pick(request.start_cmd, inherited.start_cmd),  # type: ignore[arg-type]
             warmup=pick(request.warmup, inherited.warmup),  # type: ignore[arg-type]
-            warm=request.warm,
+            warm=request.warm or bool(recipe_defaults and recipe_defaults.warm),
             pool=request.pool,
             owner=existing.owner if existing else access.new_owner(),
             shared=self._sharing(request.shared, existing),
