@@ -16,6 +16,7 @@ agent's key, which no client has.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -105,7 +106,8 @@ class PortForwarder:
             why = str(exc) or type(exc).__name__
             await answer(send, 502, f"port {port} of sandbox {sandbox_id} did not answer: {why}")
             return
-        try:
+
+        async def relay() -> None:
             await send(
                 {
                     "type": "http.response.start",
@@ -117,13 +119,33 @@ class PortForwarder:
                     ],
                 }
             )
-            async for chunk in upstream.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            try:
+                async for chunk in upstream.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError:  # the port closed mid-answer: end the answer there
+                pass
             await send({"type": "http.response.body", "body": b""})
-        except httpx.HTTPError:  # the port closed mid-answer: end the answer there
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            await upstream.aclose()
+
+        # The answer is relayed until it ends or the client goes away: then the upstream
+        # connection is closed too, so the sandbox's server sees its client leave (the code
+        # interpreter interrupts an execution nobody waits for). While it is open the
+        # connection counts as the sandbox's activity (it is not frozen under it).
+        with self._ws.ports.activity(sandbox_id):
+            relaying = asyncio.ensure_future(relay())
+            leaving = asyncio.ensure_future(_disconnected(receive))
+            try:
+                await asyncio.wait({relaying, leaving}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (relaying, leaving):
+                    task.cancel()
+                await asyncio.gather(relaying, leaving, return_exceptions=True)
+                await upstream.aclose()
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone away (its request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:
