@@ -17,24 +17,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral import Client, Sandbox
+from corral import Sandbox
 from corral.sdk.code import OutputMessage
 from corral.sdk.errors import Conflict, CorralError, InvalidRequest, NotFound
-from corral.sdk.templates import Template
 from tests.e2e.conftest import CORRAL, Daemon
 
 TEMPLATE = "ci"
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="session")
-def code_template(daemon: Daemon) -> str:
-    client = Client(url=daemon.url, api_key=daemon.key)
-    made = Template.build(
-        Template().with_recipe("code-interpreter"), TEMPLATE, client=client, step_timeout=1200
-    )
-    assert made.warm and made.labels["corral.interpreter.port"] == "49999"
-    return TEMPLATE
 
 
 @pytest.fixture(scope="module")
