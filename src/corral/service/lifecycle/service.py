@@ -421,6 +421,9 @@ class LifecycleService:
         image_key = None
         if op == "waking" and record.image_path:
             image_key = sb.keys.of_image(Path(record.image_path))
+        if alive:  # frozen for idleness by the daemon before
+            with contextlib.suppress(RuntimeFailure):
+                await self.runtime.thaw(record.id)
         if alive and await sb.adopt(record, image_key):
             if info.status is RuntimeStatus.PAUSED:
                 await self.runtime.resume(record.id)
