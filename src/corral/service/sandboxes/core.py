@@ -30,6 +30,7 @@ import builtins
 import contextlib
 import ipaddress
 import logging
+import os
 import secrets
 import shutil
 import time
@@ -120,6 +121,10 @@ class SandboxService:
         self._last_active: dict[str, float] = {}
         self._started_at = time.time()
         self.freezer = Freezer(runtime)
+        # Admission of boots: a boot waits here before it takes a slot or starts a runtime, so
+        # that under a burst the started ones are not starved past agent_ready_timeout.
+        boots = settings.max_concurrent_boots or 2 * (os.cpu_count() or 1)
+        self._boots = asyncio.Semaphore(boots)
         # Set by the lifecycle service: wakes a parked sandbox (for auto_wake).
         self.wake_hook: Callable[[str], Awaitable[SandboxRecord]] | None = None
         # Set by the pool service: hands out a ready sandbox that fits a request, if any.
@@ -684,7 +689,19 @@ class SandboxService:
         """Give ``record`` a slot, start it (or restore ``image_dir`` into it) and connect to its
         agent. A restored agent holds the key of the one that was checkpointed: it is rekeyed
         before anything else. On failure everything this call made is released and
-        OperationFailed is raised; the record itself is left to the caller."""
+        OperationFailed is raised; the record itself is left to the caller. At most
+        ``max_concurrent_boots`` run at once; the others wait their turn first."""
+        async with self._boots:
+            await self._boot(record, rootfs, env, image_dir=image_dir)
+
+    async def _boot(
+        self,
+        record: SandboxRecord,
+        rootfs: Path,
+        env: dict[str, str],
+        *,
+        image_dir: Path | None = None,
+    ) -> None:
         slot: Slot | None = None
         verb = "restoring" if image_dir else "creating"
         try:
