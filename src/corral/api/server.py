@@ -18,7 +18,7 @@ import uvicorn
 from corral.api.app import create_app
 from corral.at_rest import DAEMON_UMASK
 from corral.config import Settings
-from corral.service.workspace import Workspace
+from corral.daemon import open_workspace
 
 
 class JsonFormatter(logging.Formatter):
@@ -71,7 +71,7 @@ def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None
     configure_logging(settings.log_level)
     log = logging.getLogger("corral.daemon")
     started = time.monotonic()
-    workspace = Workspace.open(settings)
+    workspace = open_workspace(settings)
     app = create_app(workspace)
     log.info(
         "corral starting on http://%s (data dir %s, admin key in %s)",

@@ -23,7 +23,7 @@ from corral.e2b.errors import api_error, api_error_of
 from corral.e2b.network import create_egress, network_info, update_egress
 from corral.e2b.tokens import AccessTokens
 from corral.service.errors import CorralError, InvalidRequest, NotFound
-from corral.service.sandboxes import CreateRequest
+from corral.service.model import CreateRequest
 from corral.service.workspace import Workspace
 from corral.storage import ApiKeyRecord, SandboxRecord
 
@@ -257,7 +257,7 @@ async def create_sandbox(request: Request) -> Response:
             # E2B starts a sandbox from a snapshot by giving its id as the template.
             record = await ws.snapshots.restore(wanted.template, wanted)
         else:
-            record = await ws.sandboxes.create(wanted)
+            record = await ws.creator.create(wanted)
         return JSONResponse(created_body(record, request), status_code=201)
 
     return await guarded(run)

@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 from corral.api import schemas
 from corral.api.deps import SandboxesDep, WorkspaceDep
 from corral.service.errors import InvalidRequest
-from corral.service.sandboxes import CreateRequest
+from corral.service.model import CreateRequest
 from corral.storage import SandboxRecord
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
@@ -72,7 +72,7 @@ async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schem
         )
     if body.snapshot is not None:
         return to_schema(await ws.snapshots.restore(body.snapshot, request))
-    return to_schema(await ws.sandboxes.create(request))
+    return to_schema(await ws.creator.create(request))
 
 
 @router.get("", operation_id="list_sandboxes", response_model=schemas.SandboxList)
