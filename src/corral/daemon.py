@@ -58,5 +58,6 @@ def open_workspace(settings: Settings) -> Workspace:
             runtime.close()
 
     workspace.on_stop.append(close_network)
+    workspace.on_stop.append(workspace.builds.close)
     workspace.on_stop.append(workspace.templates.close)
     return workspace

@@ -13,9 +13,9 @@ from corral.service.console_sessions import COOKIE_NAME, CSRF_HEADER
 from corral.service.errors import InvalidRequest, Unauthorized
 from corral.service.files import FileService
 from corral.service.processes import ProcessService
+from corral.service.records import ApiKeyRecord
 from corral.service.sandboxes import SandboxService
 from corral.service.workspace import Workspace
-from corral.storage import ApiKeyRecord
 
 
 def get_workspace(request: Request) -> Workspace:

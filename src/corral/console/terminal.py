@@ -30,8 +30,8 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from corral.errcodes import status_of
 from corral.service.console_sessions import COOKIE_NAME
 from corral.service.errors import CorralError, InvalidRequest
+from corral.service.records import ApiKeyRecord
 from corral.service.workspace import Workspace
-from corral.storage import ApiKeyRecord
 
 router = APIRouter(prefix="/console/api")
 log = logging.getLogger("corral.console")

@@ -24,8 +24,8 @@ from corral.e2b.network import create_egress, network_info, update_egress
 from corral.e2b.tokens import AccessTokens
 from corral.service.errors import CorralError, InvalidRequest, NotFound
 from corral.service.model import CreateRequest
+from corral.service.records import ApiKeyRecord, SandboxRecord
 from corral.service.workspace import Workspace
-from corral.storage import ApiKeyRecord, SandboxRecord
 
 # What corral reports as its envd version: octet-stream uploads and stdin closing (>= 0.5.7)
 # are served; file metadata (0.6.2) and watch options (0.6.3+) are not, so the SDK refuses them.

@@ -21,7 +21,7 @@ from corral.network.broker.intercept import Broker
 from corral.network.sandbox_net import EgressControl
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.auth import ApiKeys
-from corral.service.builds import TemplateBuilder
+from corral.service.builds import BuildService, TemplateBuilder
 from corral.service.console_sessions import ConsoleSessions
 from corral.service.create import SandboxCreator
 from corral.service.files import FileService
@@ -61,6 +61,7 @@ class Workspace:
     db: Database
     api_keys: ApiKeys
     templates: TemplateService
+    builds: BuildService
     sandboxes: SandboxService
     admission: Admission
     creator: SandboxCreator
@@ -153,20 +154,23 @@ class Workspace:
         )
         warm = WarmService(settings, templates, sandboxes, live, launcher)
         trust = TrustService(db, settings.signing_key_path)
-        templates.builder = TemplateBuilder(
-            settings, templates.store, runtime, network, agent, connect_agent
+        builder = TemplateBuilder(
+            settings,
+            templates.store,
+            runtime,
+            network,
+            agent,
+            admission,
+            policies.egress,
+            connect_agent,
         )
-        templates.builder.egress = policies.egress
-        templates.builder.finish = warm.warm
-        templates.builder.rollback = templates.forget
-        templates.builder.hold = admission.hold
-        templates.builder.unhold = admission.unhold
-        templates.after_build = lambda template: pools.refresh(template.name)
+        builds = BuildService(settings, templates, builder, warm, pools)
         return cls(
             settings=settings,
             db=db,
             api_keys=ApiKeys(db),
             templates=templates,
+            builds=builds,
             sandboxes=sandboxes,
             admission=admission,
             creator=creator,

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep, presented_key, require_key
-from corral.storage import ApiKeyRecord
+from corral.service.records import ApiKeyRecord
 
 router = APIRouter(prefix="/v1/console", tags=["console"])
 

@@ -11,7 +11,7 @@ from corral.api import schemas
 from corral.api.deps import SandboxesDep, WorkspaceDep
 from corral.service.errors import InvalidRequest
 from corral.service.model import CreateRequest
-from corral.storage import SandboxRecord
+from corral.service.records import SandboxRecord
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Depends, Query, Response
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
 from corral.api.routes.trust import require_admin
+from corral.service.records import SecretRecord
 from corral.service.secrets import SecretService, options_of
-from corral.storage import SecretRecord
 
 router = APIRouter(tags=["secrets"], dependencies=[Depends(require_admin)])
 

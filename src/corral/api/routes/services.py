@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Response
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
 from corral.api.routes.trust import require_admin
-from corral.storage import ProjectServiceRecord
+from corral.service.records import ProjectServiceRecord
 
 router = APIRouter(prefix="/v1/services", tags=["services"], dependencies=[Depends(require_admin)])
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Response
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep, require_key
 from corral.service.errors import Unauthorized
-from corral.storage import ApiKeyRecord, TrustedKeyRecord
+from corral.service.records import ApiKeyRecord, TrustedKeyRecord
 
 
 def require_admin(key: Annotated[ApiKeyRecord, Depends(require_key)]) -> ApiKeyRecord:
