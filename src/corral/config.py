@@ -118,6 +118,14 @@ class Settings(BaseSettings):
     http_timeout_keep_alive: int = Field(default=5, ge=1)
     http_max_head_kib: int = Field(default=64, ge=4)
     http_backlog: int = Field(default=256, ge=16)
+    # Requests per second an API key that is not an admin may make (a key's own limit wins;
+    # 0: none). Bursts of two seconds' worth pass.
+    key_rate_limit: float = Field(default=50.0, ge=0)
+    # Inbound ports (docs/network.md): the URL users reach this daemon at (default: the listen
+    # address), and the domain of host-name routes ``PORT-ID.<domain>`` (default: ``localhost``
+    # when the daemon listens on loopback, where browsers and curl resolve it; else none).
+    public_url: str = ""
+    ports_domain: str = ""
     # Crash tests only: the daemon SIGKILLs itself at this named step (e.g. "park:after-image").
     crash_at: str | None = None
 
@@ -162,6 +170,19 @@ class Settings(BaseSettings):
     @property
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
+
+    @property
+    def base_url(self) -> str:
+        """The URL users reach the daemon at, without a trailing slash."""
+        return (self.public_url or f"http://{self.listen}").rstrip("/")
+
+    @property
+    def inbound_domain(self) -> str | None:
+        """The domain of host-name routes to sandbox ports, if any."""
+        if self.ports_domain:
+            return self.ports_domain.strip(".").lower()
+        loopback = self.host in ("localhost", "::1") or self.host.startswith("127.")
+        return "localhost" if loopback and not self.public_url else None
 
     @property
     def sandboxes_dir(self) -> Path:

@@ -1,6 +1,6 @@
 """Brokered secrets end to end: a real daemon and gVisor sandboxes whose egress leads to a fake
-upstream behind its own test CA, in a namespace this module makes (``fake_upstream.py``: HTTPS on
-two addresses, plain HTTP, DNS; only a veth and one route of our own, removed afterwards).
+upstream behind its own test CA, in a namespace this module makes (``secretlab.py``: HTTPS on two
+addresses, plain HTTP, DNS; only a veth and one route of our own, removed afterwards).
 
 The upstream sees the real value; the sandbox never does -- not in its env, files, /proc, its
 memory image after a park, its export, the daemon's log or any API answer -- and every request
@@ -12,118 +12,36 @@ from __future__ import annotations
 
 import base64
 import json
-import random
 import secrets
 import struct
 import subprocess
-import sys
 import tarfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from corral import Client, Sandbox
-from tests.broker_lab import make_test_ca
 from tests.e2e.conftest import Daemon, leftover_namespaces, start_daemon, stop_daemon
+from tests.e2e.secretlab import Lab, daemon_env, secret_lab
 
-FAKE = Path(__file__).with_name("fake_upstream.py")
 VALUE = "live-" + secrets.token_hex(12)
 VALUE2 = "rotated-" + secrets.token_hex(12)
 AWS_KEY_ID, AWS_SECRET = "AKIDREAL" + secrets.token_hex(4).upper(), "aws-" + secrets.token_hex(16)
 
 
-@dataclass
-class Lab:
-    netns: str
-    uplink: str
-    api: str
-    other: str
-    dns: str
-    ca: Path
-    log: Path
-
-    def requests(self) -> list[dict[str, object]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
-
-    def last(self, target_prefix: str) -> dict[str, object]:
-        found = [r for r in self.requests() if str(r["target"]).startswith(target_prefix)]
-        assert found, f"the upstream saw no request for {target_prefix}: {self.requests()}"
-        return found[-1]
-
-
-def _ip(*args: str, check: bool = True) -> None:
-    subprocess.run(["ip", *args], check=check, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """198.19.N.0/24 (N random, so parallel runs of other network tests keep their own): API .2,
-    OTHER .3, DNS .53; the veth link is .249/.250."""
-    n = random.randrange(256)
-    net = f"198.19.{n}"
-    prefix = "sk" + secrets.token_hex(2)
-    netns, uplink, inner = f"{prefix}-up", f"{prefix}-o", f"{prefix}-i"
-    api, other, dns = f"{net}.2", f"{net}.3", f"{net}.53"
-    ours, theirs, routed = f"{net}.249", f"{net}.250", f"{net}.0/25"
-    work = tmp_path_factory.mktemp("broker-lab")
-    ca, server_pem = make_test_ca(work, ["api.sec.test", "other.sec.test", "s3.sec.test"])
-    log = work / "upstream.jsonl"
-    zone = {"api.sec.test": api, "other.sec.test": other, "s3.sec.test": api}
-    args = [json.dumps(zone), str(server_pem), str(log)]
-    server: subprocess.Popen[bytes] | None = None
-    try:
-        _ip("netns", "add", netns)
-        _ip("link", "add", uplink, "type", "veth", "peer", "name", inner)
-        _ip("link", "set", inner, "netns", netns)
-        _ip("addr", "add", f"{ours}/30", "dev", uplink)
-        _ip("link", "set", uplink, "up")
-        _ip("-n", netns, "addr", "add", f"{theirs}/30", "dev", inner)
-        _ip("-n", netns, "link", "set", inner, "up")
-        _ip("-n", netns, "link", "set", "lo", "up")
-        for address in (api, other, dns):
-            _ip("-n", netns, "addr", "add", f"{address}/32", "dev", "lo")
-        _ip("route", "add", routed, "via", theirs, "dev", uplink)
-        server = subprocess.Popen(
-            ["ip", "netns", "exec", netns, sys.executable, str(FAKE), api, other, dns, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env={
-                "REAL_AWS_KEY_ID": AWS_KEY_ID,
-                "REAL_AWS_SECRET": AWS_SECRET,
-                "PATH": "/usr/bin:/bin",
-            },
-        )
-        assert server.stdout is not None
-        assert server.stdout.readline().strip() == b"ready"
-        yield Lab(netns, uplink, api, other, dns, ca, log)
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-        _ip("route", "del", routed, "via", theirs, "dev", uplink, check=False)
-        _ip("link", "del", uplink, check=False)
-        _ip("netns", "del", netns, check=False)
+    with secret_lab(tmp_path_factory.mktemp("broker-lab"), AWS_KEY_ID, AWS_SECRET) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")
 def brokerd(tmp_path_factory: pytest.TempPathFactory, lab: Lab) -> Iterator[Daemon]:
     prefix = "cb" + secrets.token_hex(2)
     data_dir = tmp_path_factory.mktemp("brokerd") / "data"
-    daemon = start_daemon(
-        data_dir,
-        prefix,
-        extra_env={
-            "CORRAL_DNS_UPSTREAMS": lab.dns,
-            "CORRAL_EGRESS_UPLINKS": lab.uplink,
-            "CORRAL_NETWORK_MODES": "internet,airgapped",
-            "CORRAL_BROKER_UPSTREAM_CA": str(lab.ca),
-        },
-    )
+    daemon = start_daemon(data_dir, prefix, extra_env=daemon_env(lab))
     try:
         yield daemon
     finally:
@@ -216,9 +134,12 @@ def saw(request: dict[str, object], header: str) -> str:
     )
 
 
-def test_the_upstream_gets_the_value_where_the_binding_allows(sbx: Sandbox, lab: Lab) -> None:
+def test_the_upstream_gets_the_value_where_the_binding_allows(
+    brokerd: Daemon, sbx: Sandbox, lab: Lab
+) -> None:
     placeholder = sh(sbx, 'printf %s "$API_TOKEN"')
     assert placeholder.startswith("corral-ph-") and VALUE not in placeholder
+    assert "API_TOKEN AWS (brokered)" in brokerd.cli("info", sbx.id).stdout.decode()
     assert sh(sbx, "cat /root/.api-token").strip() == placeholder
     # curl trusts the broker's CA through the system bundle; python through SSL_CERT_FILE.
     assert (
@@ -369,6 +290,7 @@ def test_sdk_sandboxes_get_their_own_placeholders(brokerd: Daemon, sbx: Sandbox,
         assert info.header == "x-sdk-key" and VALUE2 not in repr(info)
         other = client.create_sandbox(network="internet", secrets=["API_TOKEN", "SDK_KEY"])
         try:
+            assert other.info().brokered_secrets == ["API_TOKEN", "SDK_KEY"]
             mine = sh(other, 'printf %s "$API_TOKEN"')
             assert mine.startswith("corral-ph-") and mine != sh(sbx, 'printf %s "$API_TOKEN"')
             sh(

@@ -5,6 +5,7 @@ isolation is missing, which the integration and e2e suites cover.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -13,10 +14,14 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+import uvicorn
 
 from corral.agent import AGENT_PATH
+from corral.api.app import create_app
 from corral.config import Settings
 from corral.network.base import NoFreeSlot, Slot
 from corral.runtime.agent_client import AgentClient
@@ -217,3 +222,41 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     finally:
         await workspace.stop()
         runtime.close()
+
+
+@dataclass
+class Served:
+    """The app on the unit harness behind a real HTTP server on loopback (streams, SSE)."""
+
+    url: str
+    harness: Harness
+    admin_key: str
+
+    def client(self, key: str | None, **kwargs: Any) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30.0, **kwargs)
+
+    def key(self, name: str, role: str, **options: Any) -> str:
+        key, _ = self.harness.workspace.api_keys.issue(name, role, **options)
+        return key
+
+
+@pytest.fixture
+async def served(harness: Harness) -> AsyncIterator[Served]:
+    app = create_app(harness.workspace, manage_lifespan=False)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, lifespan="off", log_level="warning", access_log=False
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    key = harness.settings.admin_key_path.read_text().strip()
+    try:
+        yield Served(f"http://127.0.0.1:{port}", harness, key)
+    finally:
+        server.should_exit = True
+        await task

@@ -140,7 +140,8 @@ def test_an_answer_with_only_a_status_gets_a_code() -> None:
     assert code_for_status(404) == "not_found"
     assert code_for_status(413) == "too_large"
     assert code_for_status(405) == "invalid"
-    assert code_for_status(502) == "internal"
+    assert code_for_status(502) == "bad_gateway"
+    assert code_for_status(501) == "internal"
     assert status_of("made_up") == 500
 
 

@@ -11,13 +11,21 @@ from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
-from corral.api.deps import VerifiedKeys, require_key
+from corral.api.deps import authorize_route
 from corral.api.errors import AsciiJSONResponse, install_error_handlers
 from corral.api.limits import BodyLimits, BodyRule
+from corral.api.metrics import ApiMetrics
+from corral.api.observe import Observe
 from corral.api.routes import (
+    audit,
     console,
+    events,
     files,
     health,
+    keys,
+    metrics,
+    policy,
+    ports,
     processes,
     sandboxes,
     secrets,
@@ -65,11 +73,13 @@ def create_app(
         redoc_url=None,
     )
     app.state.workspace = ws
-    app.state.verified_keys = VerifiedKeys()
+    app.state.metrics = ApiMetrics(ws)
     install_error_handlers(app)
     add_body_limits(app, ws.settings)
+    app.add_middleware(Observe, audit=ws.audit, metrics=app.state.metrics)
     app.include_router(health.router)
-    authed = [Depends(require_key)]
+    # Every other route needs a key with the route's permission (api/permissions.py).
+    authed = [Depends(authorize_route)]
     for module in (
         workspace,
         templates,
@@ -79,6 +89,12 @@ def create_app(
         snapshots,
         trust,
         services,
+        keys,
+        policy,
+        audit,
+        events,
+        metrics,
+        ports,
         secrets,
         console,
     ):

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 from urllib.parse import parse_qsl
 
 from fastapi import Depends, Request
 
-from corral.service.auth import hash_key
+from corral.api.permissions import permission_of
+from corral.service.access import Principal, acting_as, authorize
+from corral.service.audit import current_note
+from corral.service.auth import principal_of
 from corral.service.console_sessions import COOKIE_NAME, CSRF_HEADER
 from corral.service.errors import InvalidRequest, Unauthorized
 from corral.service.files import FileService
 from corral.service.processes import ProcessService
-from corral.service.records import ApiKeyRecord
 from corral.service.sandboxes import SandboxService
 from corral.service.workspace import Workspace
 
@@ -21,30 +22,6 @@ from corral.service.workspace import Workspace
 def get_workspace(request: Request) -> Workspace:
     workspace: Workspace = request.app.state.workspace
     return workspace
-
-
-class VerifiedKeys:
-    """Keys verified against the store in the last ``ttl`` seconds, by SHA-256 of the key.
-
-    Saves a store query on every request (an exec round trip is a few milliseconds). Only
-    successful verifications are kept, and only for ``ttl``: a key removed from the store stops
-    working within that time. Event-loop only (no locking).
-    """
-
-    def __init__(self, ttl: float = 2.0) -> None:
-        self.ttl = ttl
-        self._until: dict[str, tuple[float, ApiKeyRecord]] = {}
-
-    def get(self, digest: str) -> ApiKeyRecord | None:
-        found = self._until.get(digest)
-        if found is None or found[0] < time.monotonic():
-            return None
-        return found[1]
-
-    def put(self, digest: str, record: ApiKeyRecord) -> None:
-        if len(self._until) > 1024:  # bounded: forget everything rather than track ages
-            self._until.clear()
-        self._until[digest] = (time.monotonic() + self.ttl, record)
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -86,25 +63,45 @@ def console_session_key(request: Request) -> str | None:
 
 
 def presented_key(request: Request) -> str | None:
-    """The key a request presents: its ``Authorization: Bearer`` header, else the key behind
-    its console session cookie (checked as ``console_session_key`` says)."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    presented = token.strip() if scheme.lower() == "bearer" else None
-    return presented or console_session_key(request)
+    """The key a request presents: its ``Authorization: Bearer`` header (or, as the E2B SDK
+    sends it, ``X-API-KEY``), else the key behind its console session cookie (checked as
+    ``console_session_key`` says)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return request.headers.get("x-api-key") or console_session_key(request)
 
 
-def require_key(request: Request) -> ApiKeyRecord:
-    presented = presented_key(request)
-    cache: VerifiedKeys | None = getattr(request.app.state, "verified_keys", None)
-    if not presented or cache is None:
-        return get_workspace(request).api_keys.verify(presented)
-    digest = hash_key(presented)
-    record = cache.get(digest)
-    if record is None:
-        record = get_workspace(request).api_keys.verify(presented)
-        cache.put(digest, record)
-    return record
+async def require_key(request: Request) -> Principal:
+    """Verify the request's API key, spend one of its rate-limit tokens, and act as it for the
+    rest of the request (``service.access``). Async on purpose: it runs in the request's own
+    task, so the principal it sets is the one the route and the services see."""
+    ws = get_workspace(request)
+    note = current_note()
+    record = ws.api_keys.verify(presented_key(request))
+    principal = principal_of(record)
+    if note is not None:
+        note.principal = principal
+    ws.rate_limits.take(record)
+    acting_as(principal)
+    request.state.principal = principal
+    return principal
+
+
+async def authorize_route(
+    request: Request, principal: Annotated[Principal, Depends(require_key)]
+) -> Principal:
+    """The route's permission (``api/permissions.py``) for the acting key; fails closed for a
+    route that has none."""
+    route = request.scope.get("route")
+    operation = getattr(route, "operation_id", None) or getattr(route, "name", "")
+    authorize(permission_of(str(operation)), principal)
+    sandbox_id = request.path_params.get("sandbox_id")
+    if sandbox_id is not None and not principal.sees_everything:
+        # Before the body is even read: another member's sandbox answers 404 for every call,
+        # exactly as a missing one, whatever else is wrong with the request.
+        get_workspace(request).sandboxes.get(sandbox_id)
+    return principal
 
 
 def sandbox_path(request: Request) -> str:
@@ -117,6 +114,7 @@ def sandbox_path(request: Request) -> str:
 
 
 WorkspaceDep = Annotated[Workspace, Depends(get_workspace)]
+PrincipalDep = Annotated[Principal, Depends(authorize_route)]
 
 
 def _sandboxes(ws: WorkspaceDep) -> SandboxService:

@@ -39,7 +39,11 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def _corral(_: Request, exc: CorralError) -> JSONResponse:
-        return error_response(status_of(exc.code), exc.code, exc.message)
+        response = error_response(status_of(exc.code), exc.code, exc.message)
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(int(retry_after))
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

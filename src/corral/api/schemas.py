@@ -131,6 +131,10 @@ class Sandbox(BaseModel):
     expires_at: float | None
     error: str | None = None
     secret_env_keys: list[str] = Field(default_factory=list)
+    brokered_secrets: list[str] = Field(
+        default_factory=list,
+        description="brokered secrets bound to it (in answers about one sandbox; not in lists)",
+    )
     on_timeout: str = "kill"
     auto_park_idle: int | None = None
     auto_wake: bool = False
@@ -286,6 +290,7 @@ class Template(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     layers: list[str] = Field(default_factory=list, description="image layers, bottom first")
     used_by: list[str] = Field(default_factory=list, description="live sandboxes made from it")
+    shared: bool = Field(default=True, description="members may use it (else: its owner only)")
 
 
 class BuildStep(BaseModel):
@@ -340,6 +345,11 @@ class TemplateBuild(BaseModel):
     )
     network: NetworkModeName | None = Field(
         default=None, description="what RUN steps reach (default: internet)"
+    )
+    shared: bool | None = Field(
+        default=None,
+        description="members may use it (default: yes for an admin's build, no for a member's; "
+        "only admins may share)",
     )
 
 
@@ -426,6 +436,33 @@ class TrustList(BaseModel):
 
 class WorkspaceKey(BaseModel):
     public_key: str = Field(description="this workspace's key: give it to `corral trust add`")
+
+
+class PortOpen(BaseModel):
+    """Open a sandbox's port to inbound HTTP and WebSocket traffic through the daemon."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    port: int = Field(ge=1, le=65535)
+    public: bool = Field(default=False, description="reachable without the access token")
+
+
+class Port(BaseModel):
+    """An open port: ``url`` reaches it (the host-name route when the daemon has a domain for
+    them, else the path route); ``token`` is needed unless ``public``."""
+
+    sandbox_id: str
+    port: int
+    public: bool
+    url: str
+    path_url: str
+    host_url: str | None
+    token: str | None
+    created_at: float
+
+
+class PortList(BaseModel):
+    ports: list[Port]
 
 
 class SecretSet(BaseModel):

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from corral.sdk import Client
 
-__all__ = ["CLIState", "client", "parse_pairs", "print_json", "state"]
+__all__ = ["CLIState", "client", "parse_duration", "parse_pairs", "print_json", "state"]
 
 
 @dataclass
@@ -66,3 +66,22 @@ def parse_pairs(pairs: Sequence[str] | None, option: str) -> dict[str, str]:
 
 def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """`90`, `45s`, `15m`, `1h`, `30d`, `2w` → seconds; anything else is a usage error."""
+    value = text.strip().lower()
+    unit = _UNITS.get(value[-1:], 0) if value else 0
+    number = value[:-1] if unit else value
+    try:
+        seconds = float(number) * (unit or 1)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise typer.BadParameter(
+            f"expected a duration such as 90, 45s, 15m, 1h, 30d; got {text!r}", param_hint=option
+        )
+    return seconds

@@ -62,7 +62,7 @@ def exec_command(
                 )
             )
         else:  # the common case: no httpx, asyncio or loop thread for a plain-http daemon
-            from corral.sdk._plainhttp import run_exec
+            from corral.sdk.plainhttp import run_exec
 
             options = state(ctx)
             result = run_exec(

@@ -89,6 +89,8 @@ def print_sandbox(sbx: SandboxInfo) -> None:
         lines.append(("env", " ".join(sorted(sbx.env))))
     if sbx.secret_env_keys:  # the daemon never gives the values
         lines.append(("secret env", " ".join(sorted(sbx.secret_env_keys))))
+    if sbx.brokered_secrets:
+        lines.append(("secrets", " ".join(sorted(sbx.brokered_secrets)) + " (brokered)"))
     if sbx.expires_at is not None:
         lines.append(("on timeout", sbx.on_timeout))
     if sbx.auto_park_idle:

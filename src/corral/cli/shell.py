@@ -20,7 +20,7 @@ from corral.cli._state import client, parse_pairs
 from corral.sdk.errors import CorralError
 
 if TYPE_CHECKING:  # the SDK's stream machinery loads when the verb runs, not for --help
-    from corral.sdk.pty import Pty
+    from corral.sdk import Pty
 
 __all__ = ["shell"]
 

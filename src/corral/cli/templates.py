@@ -179,9 +179,7 @@ def template_info(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Show a template: image, layers, defaults, ceilings and the sandboxes using it."""
-    from corral.sdk._portal import portal
-
-    info = portal().call(client(ctx)._async.get_template(name))
+    info = client(ctx).get_template(name)
     if as_json:
         print_json(info.to_dict())
         return
@@ -194,19 +192,15 @@ def template_info(
 @templates_app.command("rm")
 def remove_template(ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME")) -> None:
     """Remove a template (refused while sandboxes use it); unused images are collected."""
-    from corral.sdk._portal import portal
-
-    portal().call(client(ctx)._async.delete_template(name))
+    client(ctx).delete_template(name)
 
 
 @templates_app.command("logs")
 def template_logs(ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME")) -> None:
     """Print the output of the template's last build."""
-    from corral.sdk._portal import portal
-    from corral.sdk.templates import BuildEvent
+    from corral.sdk import BuildEvent
 
-    inner = client(ctx)._async
-    for raw in portal().iterate(inner.template_logs(name)):
+    for raw in client(ctx).template_logs(name):
         event = BuildEvent.from_wire(raw)
         if event.type == "failed":
             sys.stdout.write(event.text)

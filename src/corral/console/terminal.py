@@ -28,6 +28,8 @@ from typing import Any
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from corral.errcodes import status_of
+from corral.service.access import Permission, acting_as, authorize
+from corral.service.auth import principal_of
 from corral.service.console_sessions import COOKIE_NAME
 from corral.service.errors import CorralError, InvalidRequest
 from corral.service.records import ApiKeyRecord
@@ -78,10 +80,12 @@ async def terminal(websocket: WebSocket, sandbox_id: str) -> None:
         return
     await websocket.accept()
     try:
-        if key.role == "viewer":
-            raise CorralError(
-                f"API key {key.name!r} is a viewer: it may not open a terminal", code="forbidden"
-            )
+        # The terminal acts as its key: a role or scope without sandbox writes is refused,
+        # and another member's sandbox is not found (service.access).
+        principal = principal_of(key)
+        acting_as(principal)
+        authorize(Permission("sandboxes", "write"), principal)
+        ws.rate_limits.take(key)
         pid = await _open(websocket, ws, sandbox_id)
         await websocket.send_text(json.dumps({"type": "ready", "pid": pid}))
         await _bridge(websocket, ws, sandbox_id, pid)

@@ -22,9 +22,12 @@ from fastapi.responses import JSONResponse
 from corral.e2b.errors import api_error, api_error_of
 from corral.e2b.network import create_egress, network_info, update_egress
 from corral.e2b.tokens import AccessTokens
+from corral.service.access import Permission, Principal, acting_as, authorize, may
+from corral.service.audit import current_note
+from corral.service.auth import principal_of
 from corral.service.errors import CorralError, InvalidRequest, NotFound
 from corral.service.model import CreateRequest
-from corral.service.records import ApiKeyRecord, SandboxRecord
+from corral.service.records import SandboxRecord
 from corral.service.workspace import Workspace
 
 # What corral reports as its envd version: octet-stream uploads and stdin closing (>= 0.5.7)
@@ -61,30 +64,36 @@ def tokens_of(request: Request) -> AccessTokens:
     return tokens
 
 
-def require_api_key(request: Request) -> ApiKeyRecord:
-    """A corral API key sent as E2B does (``X-API-KEY``) or as corral does (Bearer)."""
+async def require_api_key(request: Request) -> Principal:
+    """A corral API key sent as E2B does (``X-API-KEY``) or as corral does (Bearer); the rest
+    of the request acts as it (``service.access``: ownership, quotas and policy apply here as
+    on corral's own API). Async so that it runs in the request's own task."""
+    ws = workspace_of(request)
     presented = request.headers.get("x-api-key")
     if not presented:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         presented = token.strip() if scheme.lower() == "bearer" else None
-    record = workspace_of(request).api_keys.verify(presented)
-    request.state.e2b_key = record
-    return record
+    record = ws.api_keys.verify(presented)
+    principal = principal_of(record)
+    note = current_note()
+    if note is not None:
+        note.principal = principal
+    ws.rate_limits.take(record)
+    acting_as(principal)
+    authorize(Permission("sandboxes", "read"), principal)
+    request.state.e2b_key = principal
+    return principal
 
 
 def may_change(request: Request) -> bool:
-    key: ApiKeyRecord | None = getattr(request.state, "e2b_key", None)
-    return key is not None and key.role != "viewer"
+    key: Principal | None = getattr(request.state, "e2b_key", None)
+    return key is not None and may(key, Permission("sandboxes", "write"))
 
 
 def require_writer(request: Request) -> None:
-    """Refuse a viewer key what changes sandboxes or opens them (their envd access token)."""
-    if not may_change(request):
-        key = request.state.e2b_key
-        raise CorralError(
-            f"API key {key.name!r} has role {key.role!r}: it may only look at sandboxes",
-            code="forbidden",
-        )
+    """Refuse a key that may not change sandboxes what changes them or opens them (their envd
+    access token): a viewer, or a key without the ``sandboxes`` scope."""
+    authorize(Permission("sandboxes", "write"), request.state.e2b_key)
 
 
 WRITES = [Depends(require_writer)]

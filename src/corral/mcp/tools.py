@@ -141,13 +141,21 @@ def register_tools(server: MCPServer[Any], pool_of: PoolOf) -> None:
         memory_mib: int | None = None,
         ttl_seconds: int | None = None,
         network: str | None = None,
+        secrets: list[str] | None = None,
     ) -> dict[str, Any]:
         """Create a new sandbox; returns its id and details. `network`: project_internet
-        (default), internet, project or airgapped. A stdio server kills the sandboxes it made
-        when it stops."""
+        (default), internet, project or airgapped. `secrets`: names of the workspace's brokered
+        secrets; the sandbox's env var NAME holds a placeholder that works as the credential on
+        requests to the secret's hosts (the value never enters the sandbox). A stdio server
+        kills the sandboxes it made when it stops."""
         async with tool_errors():
             sandbox = await (await pool_of(ctx)).create(
-                template, cpu=cpu, memory_mib=memory_mib, ttl_seconds=ttl_seconds, network=network
+                template,
+                cpu=cpu,
+                memory_mib=memory_mib,
+                ttl_seconds=ttl_seconds,
+                network=network,
+                secrets=secrets,
             )
             return sandbox.last_info.to_dict()
 

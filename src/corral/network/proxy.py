@@ -23,8 +23,9 @@ name one of the sandbox's secrets is bound to and whose address the sandbox's re
 for that name: it then terminates TLS on both sides (``Broker.serve``) instead of the splice.
 
 Bounds: the first flight within ``head_timeout``, the upstream connect within
-``connect_timeout``; splicing reads at most ``chunk`` bytes at a time and waits for the other side
-to drain before reading more; a connection idle for ``idle_timeout`` is closed.
+``connect_timeout``; splicing (``network/splice.py``, in the kernel) holds at most one pipeful per
+direction and waits for the other side to drain before reading more; a connection idle for
+``idle_timeout`` is closed.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from corral.network import sniff
+from corral.network import sniff, splice
 from corral.network.base import INNER_GATEWAY, NetworkFailure
 from corral.network.broker.intercept import Broker
 from corral.network.namespaces import run_in_netns
@@ -169,8 +170,8 @@ class _Listener:
 
 class EgressProxy:
     """Listens in each sandbox's slot namespace on ``context.proxy_port``. Not thread-safe; all
-    methods run on one event loop. Sockets are driven directly (``loop.sock_*``), with one
-    ``chunk``-sized buffer per direction: the next read waits until the last one is sent."""
+    methods run on one event loop. Sockets are driven directly (``loop.sock_*``, and
+    ``splice.copy`` once a connection is let through; ``chunk`` is not used since)."""
 
     def __init__(
         self,
@@ -322,14 +323,8 @@ class EgressProxy:
         return head
 
     async def _pipe(self, source: socket.socket, target: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        buffer = bytearray(self._chunk)
-        view = memoryview(buffer)
-        while True:
-            size = await asyncio.wait_for(loop.sock_recv_into(source, buffer), self._idle_timeout)
-            if not size:
-                break
-            await loop.sock_sendall(target, view[:size])
+        # In the kernel (splice through a pipe): no copy into Python and back.
+        await splice.copy(source, target, idle=self._idle_timeout)
         with contextlib.suppress(OSError):
             target.shutdown(socket.SHUT_WR)
 

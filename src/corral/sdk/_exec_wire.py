@@ -2,7 +2,7 @@
 turns a process's events into its `ExecResult`.
 
 Standard library and `corral.sdk.models` only, so both transports (httpx, and the plain-http
-exec stream of `corral.sdk._plainhttp`) share them.
+exec stream of `corral.sdk.plainhttp`) share them.
 """
 
 from __future__ import annotations

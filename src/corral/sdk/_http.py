@@ -15,7 +15,7 @@ from urllib.parse import quote_from_bytes
 import httpx
 
 from corral.sdk._exec_wire import parse_event
-from corral.sdk.errors import ConnectionFailed, error_from_response
+from corral.sdk.errors import ConnectionFailed, RateLimited, error_from_response
 from corral.sdk.models import ProcessEvent
 
 __all__ = ["DEFAULT_TIMEOUT", "STREAM_TIMEOUT", "HTTPSession", "parse_event"]
@@ -139,7 +139,11 @@ class HTTPSession:
                     await response.aread()
                 except httpx.TransportError as exc:
                     raise self._broken(exc) from exc
-                raise error_from_response(response.status_code, _decode_body(response))
+                error = error_from_response(response.status_code, _decode_body(response))
+                retry_after = response.headers.get("retry-after", "")
+                if isinstance(error, RateLimited) and retry_after.replace(".", "", 1).isdigit():
+                    error.retry_after = float(retry_after)
+                raise error
             yield response
         finally:
             await response.aclose()
@@ -173,6 +177,14 @@ class HTTPSession:
                 raise self._broken(exc) from exc
         for event in held:
             yield event
+
+    async def iter_lines(self, response: httpx.Response) -> AsyncIterator[str]:
+        """The lines of a text stream (server-sent events)."""
+        try:
+            async for line in response.aiter_lines():
+                yield line
+        except httpx.TransportError as exc:
+            raise self._broken(exc) from exc
 
     async def iter_json_lines(self, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
         """Parse an NDJSON stream of plain objects (build events)."""

@@ -30,6 +30,7 @@ from corral.sdk.models import (
     TrustedKey,
 )
 from corral.sdk.sandbox import AsyncSandbox
+from corral.sdk.workspace import AsyncKeys, AsyncPolicy, AuditEntry, Event, audit, events
 
 __all__ = ["AsyncClient"]
 
@@ -53,6 +54,8 @@ class AsyncClient:
         self.session = HTTPSession(
             self.url, resolve_api_key(api_key), transport=transport, timeout=timeout
         )
+        self.keys = AsyncKeys(self.session)
+        self.policy = AsyncPolicy(self.session)
 
     def __repr__(self) -> str:
         return f"<AsyncClient {self.url}>"
@@ -79,6 +82,25 @@ class AsyncClient:
 
     async def capacity(self) -> Capacity:
         return Capacity.from_wire(await self.session.json("GET", "/v1/capacity"))
+
+    async def audit(
+        self,
+        *,
+        key: str | None = None,
+        sandbox: str | None = None,
+        since: float | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEntry]:
+        """Audit log entries, oldest first (admin): filtered by key name, sandbox id, time."""
+        return await audit(self.session, key=key, sandbox=sandbox, since=since, limit=limit)
+
+    def events(self) -> AsyncIterator[Event]:
+        """State changes as they happen (server-sent events), those this key may see."""
+        return events(self.session)
+
+    async def metrics_text(self) -> str:
+        """The Prometheus exposition text of `GET /metrics` (admin)."""
+        return (await self.session.request("GET", "/metrics")).text
 
     async def console_login_link(self) -> str:
         """A link that logs a browser into the web console once, as this client's key (and

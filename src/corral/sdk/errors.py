@@ -8,7 +8,9 @@ CorralError                     anything the SDK raises on purpose
     │                           as itself for `internal` (500) and codes it does not know
     ├── AuthenticationError     401 `unauthorized`: missing or wrong API key
     ├── PermissionDenied        403 `permission_denied`: the sandbox refused access to a file;
-    │                           `forbidden`: the key may not do this
+    │   │                       `forbidden`: the key may not do this (its role or scopes)
+    │   ├── QuotaExceeded       403 `quota`: over a quota of the key (quota, use, excess named)
+    │   └── PolicyDenied        403 `policy`: the workspace policy does not allow the request
     ├── NotFound                404: no such sandbox, process, file or template
     ├── Conflict                409 `conflict`: wrong state for the action; `exists`;
     │                           `secret_bearing`: the sandbox holds secrets that would be copied
@@ -18,6 +20,7 @@ CorralError                     anything the SDK raises on purpose
     │   └── UntrustedExport     403 `untrusted`: an import whose signer is not trusted
     ├── ExecFailed              400 `exec_failed`: the command could not be started
     ├── SandboxUnavailable      502/503: the sandbox's agent cannot be reached
+    ├── RateLimited             429 `rate_limited`: too many requests; `retry_after` seconds
     ├── Timeout                 504 `timeout`: the daemon gave up waiting for a step
     └── NoSpace                 507 `no_space`: the sandbox's disk is full
 ```
@@ -47,6 +50,9 @@ __all__ = [
     "NoSpace",
     "NotFound",
     "PermissionDenied",
+    "PolicyDenied",
+    "QuotaExceeded",
+    "RateLimited",
     "SandboxUnavailable",
     "Timeout",
     "TooLarge",
@@ -113,6 +119,20 @@ class PermissionDenied(APIError):
     may not do this (`forbidden`). The key itself is fine."""
 
 
+class QuotaExceeded(PermissionDenied):
+    """Over a quota of the API key; the message names the quota, the use and the excess."""
+
+
+class PolicyDenied(PermissionDenied):
+    """The workspace policy (`corral policy show`) does not allow the request."""
+
+
+class RateLimited(APIError):
+    """Too many requests with this API key; `retry_after` says how many seconds to wait."""
+
+    retry_after: float | None = None
+
+
 class NotFound(APIError):
     """The sandbox, process, file or template does not exist."""
 
@@ -166,6 +186,7 @@ _BY_STATUS: dict[int, type[APIError]] = {
     409: Conflict,
     413: TooLarge,
     422: InvalidRequest,
+    429: RateLimited,
     502: SandboxUnavailable,
     503: SandboxUnavailable,
     504: Timeout,

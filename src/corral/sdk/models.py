@@ -37,7 +37,8 @@ class _Wire:
     """Mixin: JSON-ready dict of a dataclass."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        data: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return data
 
 
 class SandboxOptions(TypedDict, total=False):
@@ -106,12 +107,41 @@ class NetworkChange(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
+class PortInfo(_Wire):
+    """An open port: `url` reaches it (`path_url` always works; `host_url` is the
+    `PORT-ID.<domain>` form when the daemon has a domain); `token` unless `public`."""
+
+    sandbox_id: str
+    port: int
+    public: bool
+    url: str
+    path_url: str
+    host_url: str | None = None
+    token: str | None = None
+    created_at: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> PortInfo:
+        return cls(
+            sandbox_id=str(data.get("sandbox_id") or ""),
+            port=int(data.get("port") or 0),
+            public=bool(data.get("public")),
+            url=str(data.get("url") or ""),
+            path_url=str(data.get("path_url") or ""),
+            host_url=data.get("host_url"),
+            token=data.get("token"),
+            created_at=float(data.get("created_at") or 0.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SandboxInfo(_Wire):
     """A sandbox as the daemon records it. `state` is one of creating, running, parked, stopped,
     killed, error.
 
     `secret_env_keys` names the env values given as secret at creation (the values themselves
-    never leave the daemon); `parent_id` is the sandbox it was forked or restored from;
+    never leave the daemon); `brokered_secrets` the brokered secrets bound to it (in answers
+    about one sandbox, not in listings); `parent_id` is the sandbox it was forked or restored from;
     `image_mib` the disk its parked memory image takes."""
 
     id: str
@@ -132,6 +162,7 @@ class SandboxInfo(_Wire):
     parent_id: str | None = None
     image_mib: int = 0
     network: NetworkPolicy | None = None
+    brokered_secrets: list[str] = field(default_factory=list)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SandboxInfo:
@@ -154,6 +185,7 @@ class SandboxInfo(_Wire):
             parent_id=data.get("parent_id"),
             image_mib=int(data.get("image_mib") or 0),
             network=NetworkPolicy.from_wire(data["network"]) if data.get("network") else None,
+            brokered_secrets=[str(name) for name in data.get("brokered_secrets") or []],
         )
 
 

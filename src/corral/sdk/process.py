@@ -27,7 +27,6 @@ __all__ = [
     "AsyncProcess",
     "EventCallback",
     "OutputCallback",
-    "OutputCollector",
     "follow_events",
     "stream_exec",
 ]

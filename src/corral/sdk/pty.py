@@ -8,17 +8,16 @@ Input goes through the terminal's line discipline: `send(b"\\x03")` is a Ctrl-C.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from corral.sdk._portal import portal
 from corral.sdk.models import ProcessInfo
 from corral.sdk.process import follow_events
 
 if TYPE_CHECKING:
     from corral.sdk.sandbox import AsyncSandbox
 
-__all__ = ["AsyncPty", "AsyncPtys", "Pty", "Ptys"]
+__all__ = ["AsyncPty", "AsyncPtys"]
 
 
 class AsyncPty:
@@ -124,64 +123,3 @@ class AsyncPtys:
     def connect(self, pid: int) -> AsyncPty:
         """A handle on an existing terminal; its output replays from what is still buffered."""
         return AsyncPty(self._sandbox, pid)
-
-
-class Pty:
-    """A terminal, synchronous. See `AsyncPty`; `for data in pty` reads its output."""
-
-    def __init__(self, inner: AsyncPty) -> None:
-        self._async = inner
-        self.pid = inner.pid
-
-    def __repr__(self) -> str:
-        return f"<Pty {self.pid} in {self._async.sandbox.id}>"
-
-    @property
-    def exit_code(self) -> int | None:
-        return self._async.exit_code
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self.output()
-
-    def output(self) -> Iterator[bytes]:
-        return portal().iterate(self._async.output())
-
-    def wait(self) -> int:
-        return portal().call(self._async.wait())
-
-    def send(self, data: bytes | str) -> None:
-        portal().call(self._async.send(data))
-
-    def resize(self, rows: int, cols: int) -> None:
-        portal().call(self._async.resize(rows, cols))
-
-    def kill(self) -> None:
-        portal().call(self._async.kill())
-
-    def info(self) -> ProcessInfo:
-        return portal().call(self._async.info())
-
-
-class Ptys:
-    """`sbx.pty`, synchronous. See `AsyncPtys`."""
-
-    def __init__(self, inner: AsyncPtys) -> None:
-        self._async = inner
-
-    def create(
-        self,
-        rows: int = 24,
-        cols: int = 80,
-        cmd: Sequence[str] | None = None,
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        user: str | None = None,
-        tag: str | None = None,
-    ) -> Pty:
-        return Pty(
-            portal().call(self._async.create(rows, cols, cmd, env=env, cwd=cwd, user=user, tag=tag))
-        )
-
-    def connect(self, pid: int) -> Pty:
-        return Pty(self._async.connect(pid))

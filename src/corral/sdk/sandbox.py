@@ -18,7 +18,7 @@ import httpx
 from typing_extensions import Unpack
 
 from corral.sdk._content import UploadData
-from corral.sdk._exec_wire import build_exec_body
+from corral.sdk._exec_wire import OutputCollector, build_exec_body
 from corral.sdk._transfer import Destination, download
 from corral.sdk.errors import ConnectionFailed, CorralError, NotFound
 from corral.sdk.files import AsyncFiles
@@ -30,11 +30,11 @@ from corral.sdk.models import (
     SnapshotInfo,
 )
 from corral.sdk.network import AsyncNetwork
+from corral.sdk.ports import AsyncPorts
 from corral.sdk.process import (
     AsyncProcess,
     EventCallback,
     OutputCallback,
-    OutputCollector,
     stream_exec,
 )
 from corral.sdk.pty import AsyncPtys
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from corral.sdk._http import HTTPSession
     from corral.sdk.client import AsyncClient
 
-__all__ = ["AsyncSandbox", "build_exec_body"]
+__all__ = ["AsyncSandbox"]
 
 
 class _Opening:
@@ -81,6 +81,7 @@ class AsyncSandbox:
         self.files = AsyncFiles(self)
         self.pty = AsyncPtys(self)
         self.network = AsyncNetwork(self)
+        self.ports = AsyncPorts(self)
 
     def __repr__(self) -> str:
         return f"<AsyncSandbox {self.id} {self._info.state}>"

@@ -9,6 +9,7 @@ CorralError                 code        meaning
 ├── ExecFailed              exec_failed the command could not be started in the sandbox
 ├── SandboxUnavailable      sandbox_unavailable  the sandbox's agent cannot be reached
 ├── Unauthorized            unauthorized         missing or wrong API key
+├── Forbidden               forbidden            a credential that does not grant this
 └── OperationFailed         internal    a runtime or network step failed; message says which
 
 A class's ``code`` (or the ``code=`` given, e.g. ``exists``, ``no_space``, ``permission_denied``
@@ -61,6 +62,10 @@ class SandboxUnavailable(CorralError):
 
 class Unauthorized(CorralError):
     code = "unauthorized"
+
+
+class Forbidden(CorralError):
+    code = "forbidden"
 
 
 class OperationFailed(CorralError):

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from corral.runtime.agent_client import AgentError
+from corral.service import access
 from corral.service.errors import InvalidRequest, OperationFailed
 from corral.service.images import image_complete
 from corral.service.model import CreateRequest, ExecSpec, Operation, SandboxState, new_sandbox_id
@@ -77,6 +78,8 @@ class Launcher:
             operation=Operation.CREATING,
         )
         record.pooled = pooled
+        if pooled:
+            record.owner = None  # the workspace's until a caller claims it
         if brokered.placeholders and self.secrets is not None:
             self.secrets.bind(record.id, brokered.placeholders)
         try:
@@ -141,6 +144,7 @@ class Launcher:
             auto_wake=request.auto_wake,
             parent_id=parent_id,
             last_active_at=time.time(),
+            owner=access.new_owner(),
             network=network
             or self.policies.build(request.network, request.allow, request.deny).dumps(),
         )

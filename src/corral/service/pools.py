@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 
 from corral.runtime.agent_client import AgentError
+from corral.service import access
 from corral.service.errors import CapacityExceeded, CorralError, NotFound
 from corral.service.launch import Launcher
-from corral.service.model import CreateRequest, SandboxState
+from corral.service.model import LIVE_STATES, CreateRequest, SandboxState
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.policy import NetworkPolicies
@@ -82,6 +84,10 @@ class PoolService:
             )
 
     async def _refill(self, name: str, delay: float = 0.0) -> None:
+        with access.as_system():  # pooled sandboxes are the workspace's, whoever claimed last
+            await self._refill_as_system(name, delay)
+
+    async def _refill_as_system(self, name: str, delay: float) -> None:
         # After a claim, let the caller's first calls run before a refill competes for the cpu.
         await asyncio.sleep(delay)
         while not self._stopping:
@@ -144,6 +150,12 @@ class PoolService:
                 self.schedule(template.name)
                 return None
             pick = ready[0]
+            async with self.admission.lock:  # a claimed sandbox counts against its key's quotas
+                self.admission.check_quotas(
+                    self.db.sandboxes.list(states=LIVE_STATES),
+                    [dataclasses.replace(pick, owner=access.new_owner(), pooled=False)],
+                    "this sandbox",
+                )
             now = time.time()
             env = {**pick.env, **request.env}
             record = self.db.sandboxes.update(
@@ -158,6 +170,7 @@ class PoolService:
                 auto_park_idle=request.auto_park_idle,
                 auto_wake=request.auto_wake,
                 last_active_at=now,
+                owner=access.new_owner(),
             )
         self.schedule(template.name, delay=REFILL_DELAY)
         if request.env or request.secret_env:
@@ -178,8 +191,9 @@ class PoolService:
             return
 
         async def run() -> None:
-            await self.drain(template)
-            self.schedule(template)
+            with access.as_system():
+                await self.drain(template)
+                self.schedule(template)
 
         task = asyncio.get_running_loop().create_task(run(), name=f"pool-refresh-{template}")
         self._background.add(task)

@@ -10,6 +10,7 @@ from corral.images.steps import BuildStep
 from corral.network.policy import EgressPolicy, EgressRule, NetworkMode, PolicyError
 from corral.storage import (
     ApiKeyRecord,
+    AuditEntry,
     ProjectServiceRecord,
     SandboxRecord,
     SnapshotRecord,
@@ -20,6 +21,7 @@ from corral.storage.records import SecretRecord
 
 __all__ = [
     "ApiKeyRecord",
+    "AuditEntry",
     "BuildStep",
     "EgressPolicy",
     "EgressRule",

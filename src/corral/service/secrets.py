@@ -225,6 +225,11 @@ class SecretService:
                 problems.append(f"secret {name!r} not found")
             else:
                 records[name] = found
+        if sum(1 for r in records.values() if r.preset == "aws") > 1:
+            problems.append("at most one aws secret per sandbox (they share AWS_ACCESS_KEY_ID)")
+        reserved = sorted(set(records) & set(TRUST_ENV))
+        if reserved:
+            problems.append(f"{', '.join(reserved)}: the broker's trust settings use that env name")
         if len(files) > MAX_FILES:
             problems.append(f"at most {MAX_FILES} secret files")
         for path, (name, _) in files.items():

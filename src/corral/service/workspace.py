@@ -7,6 +7,7 @@ it fakes (``Workspace.build``). Nothing here runs at import time.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -20,10 +21,12 @@ from corral.network.broker import CertificateAuthority
 from corral.network.broker.intercept import Broker
 from corral.network.sandbox_net import EgressControl
 from corral.runtime.base import AgentMount, Runtime
+from corral.service.audit import AuditLog
 from corral.service.auth import ApiKeys
 from corral.service.builds import BuildService, TemplateBuilder
 from corral.service.console_sessions import ConsoleSessions
 from corral.service.create import SandboxCreator
+from corral.service.events import EventBus
 from corral.service.files import FileService
 from corral.service.launch import Launcher
 from corral.service.lifecycle import LifecycleService
@@ -33,9 +36,12 @@ from corral.service.lifecycle.park import ParkService
 from corral.service.lifecycle.reconcile import Reconciler
 from corral.service.lifecycle.wake import WakeService
 from corral.service.metrics import MetricsService
+from corral.service.policy import PolicyService
 from corral.service.pools import PoolService
+from corral.service.ports import PortService
 from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
+from corral.service.ratelimit import RateLimiter
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.admission import Admission
@@ -73,8 +79,13 @@ class Workspace:
     trust: TrustService
     pools: PoolService
     services: ProjectServices
+    ports: PortService
     secrets: SecretService
     metrics: MetricsService
+    policy: PolicyService
+    audit: AuditLog
+    events: EventBus
+    rate_limits: RateLimiter
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
 
@@ -101,17 +112,25 @@ class Workspace:
         secret_service = SecretService(
             db, Sealer(settings.secrets_key_path), CertificateAuthority(settings.broker_dir)
         )
-        policies = NetworkPolicies(settings, egress)
+        workspace_policy = PolicyService(db, settings)
+        policies = NetworkPolicies(settings, workspace_policy, egress)
         policies.egress.set_broker(
             Broker(
                 secret_service.authority, secret_service, upstream_ca=settings.broker_upstream_ca
             )
         )
-        admission = Admission(settings, db, templates, policies)
+        admission = Admission(settings, db, runtime.name, templates, policies, workspace_policy)
         activity = Activity()
         live = LiveSandboxes(settings, db, runtime, network, agent, policies, connect_agent)
         sandboxes = SandboxService(
-            settings, db, runtime, templates, live, policies, secrets=secret_service
+            settings,
+            db,
+            runtime,
+            templates,
+            live,
+            policies,
+            workspace_policy,
+            secrets=secret_service,
         )
         launcher = Launcher(
             db, templates, sandboxes, admission, live, policies, secrets=secret_service
@@ -165,6 +184,8 @@ class Workspace:
             connect_agent,
         )
         builds = BuildService(settings, templates, builder, warm, pools)
+        events = EventBus()
+        db.sandboxes.listeners.append(events.sandbox_changed)
         return cls(
             settings=settings,
             db=db,
@@ -182,11 +203,18 @@ class Workspace:
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes),
+            ports=PortService(sandboxes, wakes, activity),
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
+            policy=workspace_policy,
+            audit=AuditLog(db),
+            events=events,
+            rate_limits=RateLimiter(settings.key_rate_limit),
         )
 
     async def start(self) -> None:
+        self.events.bind(asyncio.get_running_loop())
+        self.audit.start()
         self.api_keys.ensure_admin_key(self.settings.admin_key_path)
         self.trust.start()
         self.templates.sync()
@@ -199,6 +227,7 @@ class Workspace:
     async def stop(self) -> None:
         await self.pools.stop()
         await self.lifecycle.stop()
+        await self.audit.stop()
         await self.secrets.stop()
         for hook in self.on_stop:
             try:

@@ -7,7 +7,9 @@ ORM objects, so nothing above the service ever holds a database session.
 from corral.storage.db import Database
 from corral.storage.records import (
     ApiKeyRecord,
+    AuditEntry,
     ProjectServiceRecord,
+    SandboxPortRecord,
     SandboxRecord,
     SecretAuditRecord,
     SecretBindingRecord,
@@ -19,8 +21,10 @@ from corral.storage.records import (
 
 __all__ = [
     "ApiKeyRecord",
+    "AuditEntry",
     "Database",
     "ProjectServiceRecord",
+    "SandboxPortRecord",
     "SandboxRecord",
     "SecretAuditRecord",
     "SecretBindingRecord",

@@ -15,6 +15,9 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import sessionmaker
 
 from corral.storage.apikeys import ApiKeyRepository
+from corral.storage.audit import AuditRepository
+from corral.storage.policy import PolicyRepository
+from corral.storage.ports import PortRepository
 from corral.storage.project_services import ProjectServiceRepository
 from corral.storage.sandboxes import SandboxRepository
 from corral.storage.secrets import SecretRepository
@@ -56,7 +59,10 @@ class Database:
         self.snapshots = SnapshotRepository(self._sessions)
         self.trusted_keys = TrustedKeyRepository(self._sessions)
         self.project_services = ProjectServiceRepository(self._sessions)
+        self.ports = PortRepository(self._sessions)
         self.secrets = SecretRepository(self._sessions)
+        self.audit = AuditRepository(self._sessions)
+        self.policy = PolicyRepository(self._sessions)
 
     def _migrate(self) -> None:
         config = Config()

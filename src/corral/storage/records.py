@@ -35,6 +35,8 @@ class SandboxRecord:
     pooled: bool = False
     # The egress policy (``EgressPolicy.dumps``); None: the default mode, no rules.
     network: str | None = None
+    # The id of the API key that made it; None: the workspace's own (a pool's, or older).
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,22 @@ class ProjectServiceRecord:
 
 @dataclass(frozen=True)
 class ApiKeyRecord:
+    """An API key as stored: never the key, only its SHA-256 (``key_hash``). ``scopes`` None
+    means every scope; ``quotas`` maps a quota name (``service/access.py``) to its limit;
+    ``rate_limit`` is requests per second (None: the workspace's default)."""
+
     id: str
     name: str
     key_hash: str
     role: str
     created_at: float
+    scopes: tuple[str, ...] | None = None
+    expires_at: float | None = None
+    last_used_at: float | None = None
+    revoked_at: float | None = None
+    quotas: dict[str, float] = field(default_factory=dict)
+    rate_limit: float | None = None
+    created_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,8 @@ class TemplateRecord:
     pool: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     warm_image: str | None = None
+    owner: str | None = None
+    shared: bool = True
 
 
 @dataclass(frozen=True)
@@ -113,6 +128,7 @@ class SnapshotRecord:
     size_mib: int = 0
     created_at: float = 0.0
     image: str | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,37 @@ class TrustedKeyRecord:
 
     name: str
     public_key: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One audit log entry: who (key), what (action, method, path, target), the answer
+    (status, result code), when and from where. ``id`` is 0 until stored."""
+
+    at: float
+    key_id: str | None
+    key_name: str | None
+    action: str
+    method: str
+    path: str
+    target: str | None
+    status: int
+    result: str
+    source: str | None = None
+    detail: str | None = None
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class SandboxPortRecord:
+    """A port of a sandbox opened to inbound traffic. ``nonce`` feeds the port's access token
+    (an HMAC under the workspace's secret), so closing and reopening a port changes its token."""
+
+    sandbox_id: str
+    port: int
+    public: bool
+    nonce: str
     created_at: float
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -40,14 +41,25 @@ def _record(row: SandboxRow) -> SandboxRecord:
         last_active_at=row.last_active_at,
         pooled=bool(row.pooled),
         network=row.network,
+        owner=row.owner,
     )
 
 
+# Told of every committed insert or update: (the state before, None for an insert; the record).
+ChangeListener = Callable[[str | None, SandboxRecord], None]
+
+
 class SandboxRepository:
-    """CRUD on the ``sandboxes`` table. Every write commits before returning."""
+    """CRUD on the ``sandboxes`` table. Every write commits before returning, then tells the
+    ``listeners`` (the service's event stream) what changed; a listener must not raise."""
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
+        self.listeners: list[ChangeListener] = []
+
+    def _changed(self, before: str | None, record: SandboxRecord) -> None:
+        for listener in self.listeners:
+            listener(before, record)
 
     def add(self, record: SandboxRecord) -> None:
         now = time.time()
@@ -78,8 +90,10 @@ class SandboxRepository:
                     last_active_at=record.last_active_at,
                     pooled=record.pooled,
                     network=record.network,
+                    owner=record.owner,
                 )
             )
+        self._changed(None, record)
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         with self._sessions() as session:
@@ -108,11 +122,14 @@ class SandboxRepository:
             row = session.get(SandboxRow, sandbox_id)
             if row is None:
                 raise KeyError(sandbox_id)
+            before = row.state
             for name, value in fields.items():
                 setattr(row, name, value)
             row.updated_at = time.time()
             session.flush()
-            return _record(row)
+            record = _record(row)
+        self._changed(before, record)
+        return record
 
     def prune(self, *, states: AbstractSet[str], ended_before: float) -> builtins.list[str]:
         """Delete the records in ``states`` last changed before ``ended_before`` that hold no

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -42,6 +42,8 @@ class SandboxRow(Base):
     pooled: Mapped[bool] = mapped_column(Boolean, default=False)
     # 0006: the egress policy, JSON text (network/policy.py)
     network: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # 0009: the id of the API key that made it (None: the workspace's own, e.g. a pool's)
+    owner: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 class ApiKeyRow(Base):
@@ -52,6 +54,14 @@ class ApiKeyRow(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
+    # 0009: scopes (None: all), expiry, use, revocation, quotas, requests per second
+    scopes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    quotas: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    rate_limit: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class TemplateRow(Base):
@@ -78,6 +88,9 @@ class TemplateRow(Base):
     # 0004: the sealed memory image of a warm template (None until warmed)
     warm_image: Mapped[str | None] = mapped_column(Text, nullable=True)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # 0009: the key that built it, and whether members of the workspace may use it
+    owner: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    shared: Mapped[bool] = mapped_column(Boolean, default=True)
 
 
 class SnapshotRow(Base):
@@ -97,6 +110,8 @@ class SnapshotRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     # 0004: the image the source sandbox ran on (restores must use the same one)
     image: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # 0009: the key that took it
+    owner: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 class TemplatePinRow(Base):
@@ -130,6 +145,49 @@ class ProjectServiceRow(Base):
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     address: Mapped[str] = mapped_column(String(15))
     ports: Mapped[list[int]] = mapped_column(JSON, default=list)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class WorkspacePolicyRow(Base):
+    """0009: the workspace policy, one row (``name`` = ``workspace``) holding its JSON."""
+
+    __tablename__ = "workspace_policy"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class AuditRow(Base):
+    """0009: one entry of the audit log. Triggers in the migration refuse UPDATE and DELETE."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    key_name: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    action: Mapped[str] = mapped_column(String(128))
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(Text)
+    target: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
+    status: Mapped[int] = mapped_column(Integer)
+    result: Mapped[str] = mapped_column(String(32))
+    source: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class SandboxPortRow(Base):
+    """0008: a port of a sandbox opened to inbound traffic through the daemon."""
+
+    __tablename__ = "sandbox_ports"
+
+    sandbox_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("sandboxes.id", ondelete="CASCADE"), primary_key=True
+    )
+    port: Mapped[int] = mapped_column(Integer, primary_key=True)
+    public: Mapped[bool] = mapped_column(Boolean, default=False)
+    nonce: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Float)
 
 

@@ -49,7 +49,7 @@ async def test_services_are_listed_replaced_and_removed(client: httpx.AsyncClien
 
 
 async def test_services_need_an_admin_key(harness: Harness, client: httpx.AsyncClient) -> None:
-    key = harness.workspace.api_keys.create("agent", role="user")
+    key = harness.workspace.api_keys.create("agent", role="member")
     headers = {"Authorization": f"Bearer {key}"}
     for method, path, body in (
         ("GET", "/v1/services", None),

@@ -198,3 +198,25 @@ def test_the_python_mirror_of_the_classify_chain(
 
     policy = EgressPolicy.build(mode, list(allow), list(deny))
     assert allows_forward(policy, CONTEXT, *flow) is forwarded
+
+
+def test_a_brokered_sandbox_sends_tls_to_the_proxy() -> None:
+    """With brokered secrets (``intercept``) TCP 443 goes to the proxy, where the broker can
+    claim the connections to its secrets' hosts; port 80 is never brokered."""
+    from dataclasses import replace
+
+    from corral.network.egress import allows_forward
+
+    policy = EgressPolicy.build("internet", [], [])
+    lines = classify_lines(replace(egress(policy), intercept=True).render())
+    assert lines[-3:] == [
+        BLOCKED,
+        "tcp dport { 443 } meta mark set 0x2b8e0002 return",
+        "meta mark set 0x2b8e0001",
+    ]
+    assert allows_forward(policy, CONTEXT, "198.51.100.1", 443, "tcp") is True
+    assert allows_forward(policy, CONTEXT, "198.51.100.1", 443, "tcp", True) is False
+    assert allows_forward(policy, CONTEXT, "198.51.100.1", 80, "tcp", True) is True
+    # Host-name rules already send both web ports there: intercept adds nothing.
+    named = EgressPolicy.build("internet", ["api.example.com"], [])
+    assert "tcp dport { 80, 443 }" in replace(egress(named), intercept=True).render()

@@ -120,6 +120,12 @@ def test_aws_gets_two_placeholder_keys(service: SecretService) -> None:
     (inj,) = service.injections("sb-a")
     assert (inj.aws_key_id, inj.value) == (b"AKIDREAL", b"secretreal")
     assert inj.placeholder == setup.env["AWS_ACCESS_KEY_ID"].encode()
+    service.set("AWS2", "AKIDOTHER:secret2", preset="aws")
+    with pytest.raises(InvalidRequest, match="at most one aws secret"):
+        service.prepare(["AWS", "AWS2"], {})
+    service.set("SSL_CERT_FILE", "v", preset="http", hosts=["x.test"])
+    with pytest.raises(InvalidRequest, match="trust settings use that env name"):
+        service.prepare(["SSL_CERT_FILE"], {})
 
 
 async def test_audit_is_flushed_and_marks_last_use(service: SecretService) -> None:

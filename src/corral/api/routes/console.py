@@ -7,8 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 
 from corral.api import schemas
-from corral.api.deps import WorkspaceDep, presented_key, require_key
-from corral.service.records import ApiKeyRecord
+from corral.api.deps import PrincipalDep, WorkspaceDep, presented_key
 
 router = APIRouter(prefix="/v1/console", tags=["console"])
 
@@ -21,7 +20,7 @@ router = APIRouter(prefix="/v1/console", tags=["console"])
 )
 async def create_login_token(
     ws: WorkspaceDep,
-    key: Annotated[ApiKeyRecord, Depends(require_key)],
+    key: PrincipalDep,
     presented: Annotated[str | None, Depends(presented_key)],
 ) -> schemas.ConsoleLoginToken:
     """A token good for one console login, within a short time, as the calling key (and its

@@ -12,6 +12,7 @@ from corral.api.deps import SandboxesDep, WorkspaceDep
 from corral.service.errors import InvalidRequest
 from corral.service.model import CreateRequest
 from corral.service.records import SandboxRecord
+from corral.service.workspace import Workspace
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
@@ -71,8 +72,15 @@ async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schem
             "brokered secrets are given to new sandboxes, not to one restored from a snapshot"
         )
     if body.snapshot is not None:
-        return to_schema(await ws.snapshots.restore(body.snapshot, request))
-    return to_schema(await ws.creator.create(request))
+        return with_secrets(to_schema(await ws.snapshots.restore(body.snapshot, request)), ws)
+    return with_secrets(to_schema(await ws.creator.create(request)), ws)
+
+
+def with_secrets(answer: schemas.Sandbox, ws: Workspace) -> schemas.Sandbox:
+    """One sandbox's answer with the names of its brokered secrets (a store query, so lists,
+    which may hold thousands, leave it out)."""
+    answer.brokered_secrets = ws.secrets.bindings_of(answer.id)
+    return answer
 
 
 @router.get("", operation_id="list_sandboxes", response_model=schemas.SandboxList)
@@ -107,8 +115,8 @@ async def list_sandboxes(
 
 
 @router.get("/{sandbox_id}", operation_id="get_sandbox", response_model=schemas.Sandbox)
-async def get_sandbox(sandbox_id: str, sandboxes: SandboxesDep) -> schemas.Sandbox:
-    return to_schema(await sandboxes.refresh(sandbox_id))
+async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
+    return with_secrets(to_schema(await ws.sandboxes.refresh(sandbox_id)), ws)
 
 
 @router.delete("/{sandbox_id}", operation_id="kill_sandbox", status_code=204)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Query, Response
 
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
-from corral.api.routes.trust import require_admin
 from corral.service.records import SecretRecord
 from corral.service.secrets import SecretService, options_of
 
-router = APIRouter(tags=["secrets"], dependencies=[Depends(require_admin)])
+# Admin keys only: api/permissions.py (scope "secrets").
+router = APIRouter(tags=["secrets"])
 
 
 def secret_schema(record: SecretRecord, service: SecretService) -> schemas.Secret:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
-from corral.api.routes.trust import require_admin
 from corral.service.records import ProjectServiceRecord
 
-router = APIRouter(prefix="/v1/services", tags=["services"], dependencies=[Depends(require_admin)])
+# Admin keys only: api/permissions.py (scope "services").
+router = APIRouter(prefix="/v1/services", tags=["services"])
 
 
 def service_schema(record: ProjectServiceRecord) -> schemas.ProjectService:

@@ -8,7 +8,7 @@ from typing import Literal
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
-from corral.api import schemas
+from corral.api import schemas, schemas_access
 from corral.api.deps import WorkspaceDep
 from corral.api.streams import NDJSON, ndjson_response
 from corral.service.builds import BuildRequest
@@ -43,7 +43,8 @@ def to_schema(record: TemplateRecord, templates: TemplateService) -> schemas.Tem
         pool_ready=templates.pooled_count(record.name),
         labels=record.labels,
         layers=layers,
-        used_by=templates.users(record.name),
+        used_by=templates.visible_users(record.name),
+        shared=record.shared,
     )
 
 
@@ -98,6 +99,7 @@ async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Respo
             step_timeout=body.step_timeout,
             build_disk_mib=body.build_disk_mib,
             network=body.network,
+            shared=body.shared,
         )
     )
     return ndjson_response(handle.events())
@@ -115,9 +117,17 @@ async def get_template(name: str, ws: WorkspaceDep) -> schemas.Template:
 
 @router.delete("/{name}", operation_id="delete_template", status_code=204)
 async def delete_template(name: str, ws: WorkspaceDep) -> Response:
-    await ws.pools.drain(ws.templates.get(name).name)  # its ready sandboxes are not users
+    await ws.pools.drain(ws.templates.owned(name).name)  # its ready sandboxes are not users
     await ws.templates.delete(name)
     return Response(status_code=204)
+
+
+@router.put("/{name}/shared", operation_id="share_template", response_model=schemas.Template)
+async def share_template(
+    name: str, body: schemas_access.TemplateShare, ws: WorkspaceDep
+) -> schemas.Template:
+    """Mark a template shared with every member (``shared: false``: private to its owner)."""
+    return to_schema(ws.templates.set_shared(name, body.shared), ws.templates)
 
 
 @router.get(

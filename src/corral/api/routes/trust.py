@@ -3,26 +3,14 @@ signed exports are imported with their memory."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 
 from corral.api import schemas
-from corral.api.deps import WorkspaceDep, require_key
-from corral.service.errors import Unauthorized
-from corral.service.records import ApiKeyRecord, TrustedKeyRecord
+from corral.api.deps import WorkspaceDep
+from corral.service.records import TrustedKeyRecord
 
-
-def require_admin(key: Annotated[ApiKeyRecord, Depends(require_key)]) -> ApiKeyRecord:
-    if key.role != "admin":
-        raise Unauthorized(
-            f"API key {key.name!r} has role {key.role!r}; trusting signers needs an admin key",
-            code="forbidden",
-        )
-    return key
-
-
-router = APIRouter(prefix="/v1/trust", tags=["trust"], dependencies=[Depends(require_admin)])
+# Admin keys only: api/permissions.py (scope "trust").
+router = APIRouter(prefix="/v1/trust", tags=["trust"])
 
 
 def key_schema(record: TrustedKeyRecord) -> schemas.TrustedKey:

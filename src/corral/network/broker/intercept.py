@@ -25,7 +25,7 @@ from pathlib import Path
 
 from corral.network.broker.authority import CertificateAuthority
 from corral.network.broker.injection import Injection, SecretSource
-from corral.network.broker.rewrite import RequestRewriter
+from corral.network.broker.rewrite import BodyBudget, RequestRewriter
 from corral.network.broker.tls import TlsEnd
 
 __all__ = ["Broker"]
@@ -51,6 +51,7 @@ class Broker:
         self._upstream = context
         self._handshake = handshake_timeout
         self._idle = idle_timeout
+        self._budget = BodyBudget()
 
     def claims(
         self, sandbox_id: str, name: str | None, address: str, port: int, answered: bool
@@ -90,7 +91,9 @@ class Broker:
         def used(inj: Injection, method: str, path: str) -> None:
             self.source.used(sandbox_id, inj.secret, name, method, path)
 
-        rewriter = RequestRewriter(name, lambda: self.source.injections(sandbox_id), used)
+        rewriter = RequestRewriter(
+            name, lambda: self.source.injections(sandbox_id), used, budget=self._budget
+        )
 
         async def requests() -> None:
             while data := await near.recv():
@@ -114,6 +117,7 @@ class Broker:
                 task.result()
             await asyncio.gather(*tasks)
         finally:
+            rewriter.close()
             for task in tasks:
                 task.cancel()
             for task in tasks:

@@ -11,7 +11,8 @@ otherwise the request goes upstream exactly as the sandbox wrote it, placeholder
 A secret's placeholder is replaced in header values (any header, or only its ``header``;
 ``Basic`` credentials decoded and re-encoded), in the query string (``query``) and, when its
 binding says so (``body``), in the body: such a body is buffered (at most ``max_body`` bytes,
-else it passes unchanged) and sent with a new ``Content-Length``. AWS secrets are not replaced
+and only while the broker-wide ``BodyBudget`` has room; else it passes unchanged) and sent
+with a new ``Content-Length``. AWS secrets are not replaced
 but re-signed (``sigv4``), which also buffers the body when the request names no payload hash.
 
 After a protocol upgrade (``Upgrade``/``CONNECT``) the rest of the stream passes unchanged.
@@ -28,9 +29,10 @@ import httptools
 from corral.network.broker import sigv4
 from corral.network.broker.injection import Injection
 
-__all__ = ["RequestRewriter", "RewriteError"]
+__all__ = ["BodyBudget", "RequestRewriter", "RewriteError"]
 
 MAX_BODY = 8 * 1024 * 1024
+MAX_HEAD = 64 * 1024  # a request head (target and headers) larger than this ends the connection
 _AUTH_HEADERS = (b"authorization", b"proxy-authorization")
 
 
@@ -39,6 +41,24 @@ class RewriteError(ValueError):
 
 
 Used = Callable[[Injection, str, str], None]  # injection, method, path (no query)
+
+
+class BodyBudget:
+    """The bytes of request bodies all rewriters together may hold at once (so a sandbox with
+    many connections cannot make the daemon hold ``MAX_BODY`` for each)."""
+
+    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held = max(0, self.held - size)
 
 
 class RequestRewriter:
@@ -52,11 +72,14 @@ class RequestRewriter:
         used: Used,
         *,
         max_body: int = MAX_BODY,
+        budget: BodyBudget | None = None,
     ) -> None:
         self.host = host.lower()
         self._injections = injections
         self._used = used
         self._max_body = max_body
+        self._budget = budget or BodyBudget()
+        self._held = 0  # of the budget, by this rewriter's buffer
         self._parser = httptools.HttpRequestParser(self)
         self._out: list[bytes] = []
         self.to_client = b""
@@ -64,6 +87,7 @@ class RequestRewriter:
         self._reset()
 
     def _reset(self) -> None:
+        self._head_size = 0
         self._url = bytearray()
         self._headers: list[tuple[bytes, bytes]] = []
         self._active: tuple[Injection, ...] = ()
@@ -85,6 +109,9 @@ class RequestRewriter:
             offset = int(exc.args[0]) if exc.args else len(data)
             self._out.append(data[offset:])
         except httptools.HttpParserError as exc:
+            ours = exc.__cause__ or exc.__context__
+            if isinstance(ours, RewriteError):
+                raise ours from None  # raised by one of our callbacks
             raise RewriteError(f"not an HTTP/1.1 request stream: {exc}") from exc
         out = b"".join(self._out)
         self._out.clear()
@@ -96,11 +123,16 @@ class RequestRewriter:
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        if len(self._url) > 65536:
-            raise RewriteError("request target over 64 KiB")
+        self._grow_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
+        self._grow_head(len(name) + len(value) + 4)
+
+    def _grow_head(self, size: int) -> None:
+        self._head_size += size
+        if self._head_size > MAX_HEAD:
+            raise RewriteError(f"a request head over {MAX_HEAD // 1024} KiB")
 
     def on_headers_complete(self) -> None:
         self._method = self._parser.get_method().decode("latin-1")
@@ -132,7 +164,11 @@ class RequestRewriter:
     def on_body(self, body: bytes) -> None:
         if self._buffer is not None:
             self._buffer += body
-            if len(self._buffer) > self._max_body:
+            fits = self._budget.take(len(body))
+            if fits:
+                self._held += len(body)
+            if not fits or len(self._buffer) > self._max_body:
+                self._release()
                 # Too large to hold: it goes as the sandbox wrote it, body unchanged.
                 held, self._buffer = bytes(self._buffer), None
                 self._overflow = True
@@ -146,8 +182,18 @@ class RequestRewriter:
         if self._buffer is not None:
             self._emit_head(bytes(self._url), bytes(self._buffer))
             self._buffer = None
+            self._release()
         elif self._chunked:
             self._out.append(b"0\r\n\r\n")
+
+    def _release(self) -> None:
+        self._budget.give(self._held)
+        self._held = 0
+
+    def close(self) -> None:
+        """The connection ended: give back what a half-received body held."""
+        self._buffer = None
+        self._release()
 
     # -- rewriting ---------------------------------------------------------------------------
     def _emit_head(self, target: bytes, body: bytes | None) -> None:

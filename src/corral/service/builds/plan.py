@@ -42,6 +42,7 @@ class BuildRequest:
     step_timeout: float | None = None
     build_disk_mib: int | None = None
     network: str | None = None
+    shared: bool | None = None  # None: as before for a rebuild, else an admin's are shared
 
 
 class BuildFailed(Exception):

@@ -25,6 +25,7 @@ from corral.config import Settings
 from corral.images.context import ContextError, resolve_import
 from corral.images.oci import ImageSource, parse_source
 from corral.images.steps import DockerfileError, parse_dockerfile
+from corral.service import access
 from corral.service.builds.builder import TemplateBuilder
 from corral.service.builds.log import BuildHandle
 from corral.service.builds.plan import BuildFailed, BuildPlan, BuildRequest
@@ -81,6 +82,20 @@ class BuildService:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+
+    @staticmethod
+    def _sharing(asked: bool | None, existing: TemplateRecord | None) -> bool:
+        """Whether a built template is shared: as before for a rebuild, else an admin's are
+        unless it says not and a member's are private (sharing is an admin's decision)."""
+        who = access.acting()
+        if asked and not who.is_admin:
+            raise access.Forbidden(
+                f"API key {who.name!r} may not share templates; ask an admin "
+                "(`corral template share NAME`)"
+            )
+        if asked is not None:
+            return asked
+        return existing.shared if existing is not None else who.is_admin
 
     def plan(self, request: BuildRequest) -> BuildPlan:
         """Validate ``request`` into a BuildPlan; raise InvalidRequest/NotFound before any work."""
@@ -143,6 +158,11 @@ class BuildService:
                     f"{exc.message}; to import an image use docker-archive:PATH, oci:PATH[:TAG] "
                     "or registry:HOST/NAME:TAG"
                 ) from exc
+        existing = self.templates.stored(name)
+        if existing is not None:
+            # Rebuilding a name replaces its template: only for its owner (or an admin), who
+            # keeps owning it. A member that cannot see it learns it exists, not whose it is.
+            access.require_owner(existing.owner, f"template {name!r}")
         s = self.settings
         inherited = base or TemplateRecord(
             name=name,
@@ -170,6 +190,8 @@ class BuildService:
             warmup=pick(request.warmup, inherited.warmup),  # type: ignore[arg-type]
             warm=request.warm,
             pool=request.pool,
+            owner=existing.owner if existing else access.new_owner(),
+            shared=self._sharing(request.shared, existing),
         )
         self._check_resources(template)
         disk = request.build_disk_mib or s.build_disk_mib
@@ -314,6 +336,9 @@ class BuildService:
         return self.settings.data_dir / "build-logs" / f"{safe}.ndjson"
 
     def logs(self, name: str) -> Path:
+        record = self.templates.stored(name)
+        if record is not None and not access.visible(record.owner, shared=record.shared):
+            raise NotFound(f"template {name!r} has no build log")
         path = self.log_path(name)
         if not path.is_file():
             raise NotFound(f"template {name!r} has no build log")

@@ -77,6 +77,7 @@ class ForkService:
         """N new sandboxes continuing from the source's current state; the source runs on."""
         if not 1 <= count <= MAX_FORK:
             raise InvalidRequest(f"fork count must be 1..{MAX_FORK}, got {count}")
+        self.admission.workspace_policy.check_forks(count)
         image = inside(self.work_dir, f"fork-{sandbox_id}-{new_sandbox_id()[3:]}")
         async with self.sandboxes.lock(sandbox_id):
             source = self.sandboxes.get(sandbox_id)

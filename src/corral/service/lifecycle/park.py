@@ -12,6 +12,7 @@ same lock, so a wake waits for them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 from collections.abc import Coroutine
@@ -86,6 +87,10 @@ class ParkService:
         async with self.sandboxes.lock(sandbox_id):
             record = self.sandboxes.get(sandbox_id)
             require_state(record, Action.PARK)
+            await self.admission.admit_change(
+                dataclasses.replace(record, state=SandboxState.PARKED),
+                f"parking sandbox {sandbox_id}",
+            )
             await self._check_space(record)
             partial, final = park_paths(self.parked_dir, sandbox_id)
             shutil.rmtree(partial, ignore_errors=True)

@@ -9,8 +9,9 @@ lock, so two requests never take the same free MiB.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from corral.config import Settings
 from corral.runtime.base import Resources
@@ -26,6 +27,8 @@ from corral.service.model import (
     Operation,
     SandboxState,
 )
+from corral.service.policy import PolicyService
+from corral.service.quotas import check_quotas, usage_of
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord
@@ -42,13 +45,17 @@ class Admission:
         self,
         settings: Settings,
         db: Database,
+        runtime_name: str,
         templates: TemplateService,
         policies: NetworkPolicies,
+        workspace_policy: PolicyService,
     ) -> None:
         self.settings = settings
         self.db = db
+        self.runtime_name = runtime_name
         self.templates = templates
         self.policies = policies
+        self.workspace_policy = workspace_policy
         self.model = CapacityModel(settings)
         self.lock = asyncio.Lock()
 
@@ -62,24 +69,29 @@ class Admission:
 
     def resolve(self, request: CreateRequest) -> tuple[float, int, int, float | None]:
         """Resources and expiry for a request, or InvalidRequest naming every problem."""
-        s = self.settings
+        policy = self.workspace_policy.current()
         template = self.templates.get(request.template)
+        self.workspace_policy.check_template(template.name)
+        self.workspace_policy.check_runtime(self.runtime_name)
+        self.workspace_policy.check_rules(request.allow)
         cpu = request.cpu if request.cpu is not None else template.cpu
         memory = request.memory_mib if request.memory_mib is not None else template.memory_mib
         disk = request.disk_mib if request.disk_mib is not None else template.disk_mib
         self.templates.check_ceilings(template, cpu=cpu, memory_mib=memory, disk_mib=disk)
         problems = []
-        if not MIN_CPU <= cpu <= s.max_cpu:
-            problems.append(f"cpu {cpu:g} is outside {MIN_CPU:g}..{s.max_cpu:g} vCPUs")
-        if not MIN_MEMORY_MIB <= memory <= s.max_memory_mib:
+        if not MIN_CPU <= cpu <= policy.max_cpu:
+            problems.append(f"cpu {cpu:g} is outside {MIN_CPU:g}..{policy.max_cpu:g} vCPUs")
+        if not MIN_MEMORY_MIB <= memory <= policy.max_memory_mib:
             problems.append(
-                f"memory {memory} MiB is outside {MIN_MEMORY_MIB}..{s.max_memory_mib} MiB"
+                f"memory {memory} MiB is outside {MIN_MEMORY_MIB}..{policy.max_memory_mib} MiB"
             )
-        if not MIN_DISK_MIB <= disk <= s.max_disk_mib:
-            problems.append(f"disk {disk} MiB is outside {MIN_DISK_MIB}..{s.max_disk_mib} MiB")
+        if not MIN_DISK_MIB <= disk <= policy.max_disk_mib:
+            problems.append(f"disk {disk} MiB is outside {MIN_DISK_MIB}..{policy.max_disk_mib} MiB")
         ttl = request.ttl_seconds
-        if ttl is not None and not 0 < ttl <= s.max_ttl_seconds:
-            problems.append(f"ttl {ttl} s is outside 1..{s.max_ttl_seconds} s")
+        if ttl is None:
+            ttl = policy.default_ttl_seconds
+        elif not 0 < ttl <= policy.max_ttl_seconds:
+            problems.append(f"ttl {ttl} s is outside 1..{policy.max_ttl_seconds} s")
         for key in [*request.env, *request.secret_env]:
             if not key or "=" in key or "\0" in key:
                 problems.append(f"env name {key!r} is not valid")
@@ -99,10 +111,38 @@ class Admission:
         expires = time.time() + ttl if ttl else None
         return cpu, memory, disk, expires
 
+    def check_quotas(
+        self, live: Iterable[SandboxRecord], adding: Iterable[SandboxRecord], what: str
+    ) -> None:
+        """Raise QuotaExceeded if ``adding`` (new or changed records, in their new state) would
+        take an owner over a quota of its key. Callers hold ``lock``."""
+        live = list(live)
+        adding = list(adding)
+        changed = {r.id for r in adding}
+        for owner in {r.owner for r in adding if r.owner is not None}:
+            key = self.db.api_keys.get(owner)
+            if key is None or not key.quotas:
+                continue
+            before = usage_of(live, owner)
+            after = usage_of([*(r for r in live if r.id not in changed), *adding], owner)
+            need = type(before)(
+                **{q: after.get(q) - before.get(q) for q in vars(before)}  # the growth
+            )
+            check_quotas(key.name, key.quotas, before, need, what)
+
+    async def admit_change(self, record: SandboxRecord, what: str) -> None:
+        """Check the quotas of ``record`` in its new state (a park: its image counts where its
+        memory did), atomically with other admissions."""
+        async with self.lock:
+            self.check_quotas(self.db.sandboxes.list(states=LIVE_STATES), [record], what)
+
     async def admit(self, records: Sequence[SandboxRecord]) -> None:
-        """Check capacity for new records and insert them, atomically with other admissions."""
+        """Check capacity and quotas for new records and insert them, atomically with other
+        admissions."""
         async with self.lock:
             live = self.db.sandboxes.list(states=LIVE_STATES)
+            what = "this sandbox" if len(records) == 1 else f"these {len(records)} sandboxes"
+            self.check_quotas(live, records, what)
             self.model.admit(
                 live,
                 cpu=sum(r.cpu for r in records),
@@ -119,6 +159,11 @@ class Admission:
         like a running sandbox."""
         async with self.lock:
             live = [r for r in self.db.sandboxes.list(states=LIVE_STATES) if r.id != record.id]
+            self.check_quotas(
+                [*live, record],
+                [dataclasses.replace(record, state=SandboxState.RUNNING)],
+                f"waking sandbox {record.id}",
+            )
             self.model.admit(
                 live,
                 cpu=record.cpu,
@@ -133,6 +178,7 @@ class Admission:
     async def admit_parked(self, record: SandboxRecord, size_mib: int) -> None:
         """Insert an imported parked sandbox whose image takes ``size_mib`` of disk."""
         async with self.lock:
+            self.check_quotas(self.db.sandboxes.list(states=LIVE_STATES), [record], "this import")
             report = self.capacity()
             if size_mib > report.disk.free:
                 raise CapacityExceeded(

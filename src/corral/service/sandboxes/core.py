@@ -37,6 +37,7 @@ from corral.config import Settings
 from corral.network.policy import EgressPolicy
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import Runtime, RuntimeFailure, RuntimeStatus
+from corral.service import access
 from corral.service.errors import (
     CorralError,
     InvalidRequest,
@@ -54,6 +55,7 @@ from corral.service.model import (
     SandboxState,
     require_state,
 )
+from corral.service.policy import PolicyService
 from corral.service.sandboxes.live import LiveSandboxes
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SecretService
@@ -79,6 +81,7 @@ class SandboxService:
         templates: TemplateService,
         live: LiveSandboxes,
         policies: NetworkPolicies,
+        workspace_policy: PolicyService,
         secrets: SecretService | None = None,
     ) -> None:
         self.settings = settings
@@ -87,13 +90,18 @@ class SandboxService:
         self.templates = templates
         self.live = live
         self.policies = policies
+        self.workspace_policy = workspace_policy
         self.secrets = secrets
         self._locks: dict[str, asyncio.Lock] = {}
 
     def get(self, sandbox_id: str) -> SandboxRecord:
+        """The record, if the acting key may see it: another member's sandbox is not found,
+        exactly as a missing one (``access.hide``)."""
         record = self.db.sandboxes.get(sandbox_id)
+        missing = f"sandbox {sandbox_id} not found"
         if record is None:
-            raise NotFound(f"sandbox {sandbox_id} not found")
+            raise NotFound(missing)
+        access.hide(record.owner, missing)
         return record
 
     async def refresh(self, sandbox_id: str) -> SandboxRecord:
@@ -122,7 +130,7 @@ class SandboxService:
         records = self.db.sandboxes.list(states=wanted, metadata=metadata)
         if wanted is None and not include_ended:
             records = [r for r in records if r.state not in ENDED_STATES]
-        return [r for r in records if include_pooled or not r.pooled]
+        return [r for r in records if (include_pooled or not r.pooled) and access.visible(r.owner)]
 
     def prune_ended(self, now: float) -> builtins.list[str]:
         """Forget the sandboxes that ended (or failed) more than the workspace's retention ago."""
@@ -176,6 +184,7 @@ class SandboxService:
         async with self.lock(sandbox_id):
             record = self.get(sandbox_id)
             require_state(record, Action.SET_NETWORK)
+            self.workspace_policy.check_rules(allow or ())
             current = self.policies.of(record).to_json()
             policy = self.policies.build(
                 mode or current["mode"],
@@ -203,7 +212,7 @@ class SandboxService:
         """End a running or parked sandbox ``seconds`` from now (its ``on_timeout`` action)."""
         record = self.get(sandbox_id)
         require_state(record, Action.SET_TIMEOUT)
-        cap = self.settings.max_ttl_seconds
+        cap = self.workspace_policy.current().max_ttl_seconds
         if not 0 < seconds <= cap:
             raise InvalidRequest(f"timeout {seconds} s is outside 1..{cap} s")
         return self.db.sandboxes.update(sandbox_id, expires_at=time.time() + seconds)

@@ -234,6 +234,11 @@ class LiveSandboxes:
         slot = self._slots.get(sandbox_id)
         return slot.index if slot else None
 
+    def slot_address_of(self, sandbox_id: str) -> str | None:
+        """Where the host reaches a running sandbox's ports (None without a slot)."""
+        slot = self._slots.get(sandbox_id)
+        return slot.host_address if slot else None
+
     async def checkpoint(
         self,
         sandbox_id: str,

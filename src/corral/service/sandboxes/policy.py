@@ -17,6 +17,7 @@ from corral.network.base import Slot
 from corral.network.policy import EgressPolicy, NetworkMode, PolicyError
 from corral.network.sandbox_net import EgressControl, FakeEgress, Names, write_resolv_conf
 from corral.service.errors import InvalidRequest
+from corral.service.policy import PolicyService
 from corral.storage import SandboxRecord
 
 __all__ = ["NetworkPolicies"]
@@ -27,18 +28,19 @@ log = logging.getLogger("corral.sandboxes")
 class NetworkPolicies:
     """The egress side of every sandbox: its policy and its attachment to its slot."""
 
-    def __init__(self, settings: Settings, egress: EgressControl | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        workspace_policy: PolicyService,
+        egress: EgressControl | None = None,
+    ) -> None:
         self.settings = settings
+        self.workspace_policy = workspace_policy
         self.egress: EgressControl = egress or FakeEgress()
         self._names: dict[str, Names] = {}  # resolved names of parked sandboxes
 
     def check_mode(self, mode: NetworkMode) -> None:
-        allowed = self.settings.allowed_network_modes
-        if mode.value not in allowed:
-            raise InvalidRequest(
-                f"network mode {mode.value!r} is not allowed in this workspace "
-                f"(allowed: {', '.join(allowed)}); ask an admin or pick another mode"
-            )
+        self.workspace_policy.check_mode(mode)
 
     def build(
         self, mode: str | None, allow: Iterable[str] = (), deny: Iterable[str] = ()
@@ -46,7 +48,7 @@ class NetworkPolicies:
         """A policy from caller input (InvalidRequest naming what is wrong), in an allowed mode."""
         try:
             policy = EgressPolicy.build(
-                mode or self.settings.allowed_network_modes[0], list(allow), list(deny)
+                mode or self.workspace_policy.default_mode(), list(allow), list(deny)
             )
         except PolicyError as exc:
             raise InvalidRequest(f"invalid network policy: {exc}") from exc

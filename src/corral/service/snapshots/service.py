@@ -28,6 +28,7 @@ from corral.config import Settings
 from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import Runtime, RuntimeFailure
+from corral.service import access
 from corral.service.crash import crash_point
 from corral.service.create import SandboxCreator
 from corral.service.errors import (
@@ -181,12 +182,17 @@ class SnapshotService:
         shutil.rmtree(target, ignore_errors=True)
 
     def list(self) -> list[SnapshotRecord]:
-        return [s for s in self.db.snapshots.list() if s.state == "ready"]
+        """The ready snapshots the acting key may see."""
+        return [
+            s for s in self.db.snapshots.list() if s.state == "ready" and access.visible(s.owner)
+        ]
 
     def get(self, name: str) -> SnapshotRecord:
         record = self.db.snapshots.get(name)
+        missing = f"snapshot {name!r} not found"
         if record is None or record.state != "ready":
-            raise NotFound(f"snapshot {name!r} not found")
+            raise NotFound(missing)
+        access.hide(record.owner, missing)
         return record
 
     async def remove(self, name: str) -> None:
@@ -232,6 +238,7 @@ class SnapshotService:
                 image_path=str(final),
                 created_at=time.time(),
                 image=self.templates.image_of(source.id) or template.image,
+                owner=access.new_owner(),
             )
             self.db.snapshots.add(record)
             self.db.sandboxes.update(sandbox_id, operation=Operation.SNAPSHOTTING)

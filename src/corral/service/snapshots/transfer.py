@@ -34,7 +34,8 @@ from typing import Any
 
 from corral.config import Settings
 from corral.paths import inside
-from corral.service.errors import CapacityExceeded, InvalidRequest, StateConflict
+from corral.service import access
+from corral.service.errors import CapacityExceeded, CorralError, InvalidRequest, StateConflict
 from corral.service.images import (
     IMAGE_COMPLETE,
     host_free_mib,
@@ -280,10 +281,11 @@ class TransferService:
             created_at=min(fields.created_at, time.time()),
             image_path=str(final),
             image_mib=size,
+            owner=access.new_owner(),
         )
         try:
             await self.admission.admit_parked(record, size)
-        except CapacityExceeded:
+        except CorralError:  # over capacity or over a quota of the importing key
             remove_parked_image(self.settings, final)
             raise
         return record
@@ -334,6 +336,7 @@ class TransferService:
             size_mib=image_size_mib(final),
             created_at=min(fields.created_at, time.time()),
             image=image,
+            owner=access.new_owner(),
         )
         self.db.snapshots.add(record)
         return record

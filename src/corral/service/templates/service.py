@@ -34,6 +34,7 @@ from corral.config import Settings
 from corral.images import ImageStore
 from corral.images.cas import ContentStore
 from corral.images.mounts import MountError, unmount
+from corral.service import access
 from corral.service.errors import CapacityExceeded, InvalidRequest, NotFound, StateConflict
 from corral.service.model import LIVE_STATES
 from corral.service.templates.uploads import UploadService
@@ -115,14 +116,29 @@ class TemplateService:
 
     # -- queries -----------------------------------------------------------------------------
     def list(self) -> builtins.list[TemplateRecord]:
-        return self._db.templates.list()
+        """The templates the acting key may use: its own and the shared ones (all, for admins
+        and viewers)."""
+        return [t for t in self._db.templates.list() if access.visible(t.owner, shared=t.shared)]
 
     def get(self, name: str) -> TemplateRecord:
         record = self._db.templates.get(canonical_name(name))
-        if record is None:
-            known = ", ".join(t.name for t in self._db.templates.list()) or "none"
+        if record is None or not access.visible(record.owner, shared=record.shared):
+            known = ", ".join(t.name for t in self.list()) or "none"
             raise NotFound(f"template {name!r} not found (known templates: {known})")
         return record
+
+    def stored(self, name: str) -> TemplateRecord | None:
+        """The record of ``name`` whoever may see it (for the checks that must know whether a
+        name is taken), or None."""
+        return self._db.templates.get(canonical_name(name))
+
+    def set_shared(self, name: str, shared: bool) -> TemplateRecord:
+        """Mark a template (one tag) shared with every member, or private to its owner."""
+        record = self.get(name)
+        access.require_owner(record.owner, f"template {record.name!r}")
+        updated = replace(record, shared=shared)
+        self._db.templates.put(updated)
+        return updated
 
     def rootfs(self, template: TemplateRecord) -> Path:
         """The read-only root of the template's image (its view is mounted on first use)."""
@@ -143,6 +159,21 @@ class TemplateService:
                 f"{self._images.images_dir}; run ./scripts/setup to build it"
             )
         return rootfs
+
+    def visible_users(self, name: str) -> builtins.list[str]:
+        """``users`` that the acting key may see (a member: its own)."""
+        name = canonical_name(name)
+        return [
+            r.id
+            for r in self._db.sandboxes.list(states=LIVE_STATES)
+            if r.template == name and not r.pooled and access.visible(r.owner)
+        ]
+
+    def owned(self, name: str) -> TemplateRecord:
+        """The template, if the acting key may change it (its owner, or an admin)."""
+        record = self.get(name)
+        access.require_owner(record.owner, f"template {record.name!r}")
+        return record
 
     def users(self, name: str) -> builtins.list[str]:
         """Ids of the live sandboxes made from template ``name``."""
@@ -234,6 +265,7 @@ class TemplateService:
         """Remove template ``name`` (one tag); refuses while sandboxes or snapshots use it."""
         async with self._store_lock:
             record = self.get(name)
+            access.require_owner(record.owner, f"template {record.name!r}")
             users = self.users(record.name)
             if users:
                 raise StateConflict(

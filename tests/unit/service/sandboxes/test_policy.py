@@ -56,7 +56,7 @@ async def test_bad_rules_and_unknown_modes_are_refused(harness: Harness) -> None
 
 async def test_a_mode_the_workspace_does_not_allow_is_refused(harness: Harness) -> None:
     ws = harness.workspace
-    ws.sandboxes.policies.settings = ws.settings.model_copy(update={"network_modes": "airgapped"})
+    ws.policy.update({"network_modes": ["airgapped"]})  # the workspace policy narrows them
     with pytest.raises(InvalidRequest, match="'internet' is not allowed"):
         await ws.creator.create(CreateRequest(network="internet"))
     record = await ws.creator.create(CreateRequest())  # the first allowed mode is the default

@@ -1,4 +1,7 @@
-"""`exec` to its end over plain HTTP with the standard library: the CLI's short path.
+"""`exec` to its end over plain HTTP with the standard library: a light public entry point.
+
+`run_exec(sandbox_id, cmd, ...)` is `Sandbox.connect(sandbox_id).exec(cmd, ...)` for callers that
+start often and run one command (the CLI).
 
 `corral exec ID -- CMD` is one request and one NDJSON stream. Through `Client` it imports httpx
 (which also imports its own command line: click, rich, pygments), asyncio and anyio, and starts

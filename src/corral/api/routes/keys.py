@@ -1,0 +1,70 @@
+"""API keys: create (shown once), list (never the key), revoke; and the calling key itself."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Response
+
+from corral.api import schemas_access as schemas
+from corral.api.deps import PrincipalDep, WorkspaceDep
+from corral.service.quotas import usage_of
+from corral.service.records import ApiKeyRecord
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+
+def key_info(record: ApiKeyRecord) -> schemas.KeyInfo:
+    return schemas.KeyInfo(
+        name=record.name,
+        role=record.role,  # type: ignore[arg-type]
+        scopes=list(record.scopes) if record.scopes is not None else None,
+        created_at=record.created_at,
+        created_by=record.created_by,
+        last_used_at=record.last_used_at,
+        expires_at=record.expires_at,
+        quotas=schemas.Quotas.model_validate(record.quotas),
+        rate_limit=record.rate_limit,
+    )
+
+
+@router.post("", operation_id="create_key", status_code=201, response_model=schemas.KeyCreated)
+async def create_key(
+    body: schemas.KeyCreate, ws: WorkspaceDep, principal: PrincipalDep
+) -> schemas.KeyCreated:
+    expires = time.time() + body.expires_in_seconds if body.expires_in_seconds else None
+    key, record = ws.api_keys.issue(
+        body.name,
+        body.role,
+        scopes=list(body.scopes) if body.scopes is not None else None,
+        expires_at=expires,
+        quotas=body.quotas.model_dump(exclude_none=True),
+        rate_limit=body.rate_limit,
+        created_by=principal.name,
+    )
+    return schemas.KeyCreated(key=key, **key_info(record).model_dump())
+
+
+@router.get("", operation_id="list_keys", response_model=schemas.KeyList)
+async def list_keys(ws: WorkspaceDep) -> schemas.KeyList:
+    return schemas.KeyList(keys=[key_info(r) for r in ws.api_keys.list()])
+
+
+@router.get("/self", operation_id="get_self", response_model=schemas.KeySelf)
+async def get_self(ws: WorkspaceDep, principal: PrincipalDep) -> schemas.KeySelf:
+    record = ws.api_keys.get(principal.name)
+    used = usage_of(ws.db.sandboxes.list(states={"creating", "running", "parked"}), record.id)
+    usage = schemas.Usage(
+        running=int(used.running),
+        cpu=used.cpu,
+        memory_mib=int(used.memory_mib),
+        disk_mib=int(used.disk_mib),
+        parked=int(used.parked),
+    )
+    return schemas.KeySelf(usage=usage, **key_info(record).model_dump())
+
+
+@router.delete("/{name}", operation_id="revoke_key", status_code=204)
+async def revoke_key(name: str, ws: WorkspaceDep, principal: PrincipalDep) -> Response:
+    ws.api_keys.revoke(name, by=principal)
+    return Response(status_code=204)

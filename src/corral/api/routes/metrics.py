@@ -1,0 +1,23 @@
+"""``GET /metrics``: Prometheus text for admin keys (``api/metrics.py`` says what is in it)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request, Response
+
+from corral.api.metrics import CONTENT_TYPE, ApiMetrics
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get(
+    "/metrics",
+    operation_id="get_metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def get_metrics(request: Request) -> Response:
+    metrics: ApiMetrics = request.app.state.metrics
+    body = await asyncio.to_thread(metrics.render)  # reads the store
+    return Response(body, media_type=CONTENT_TYPE)
