@@ -50,18 +50,29 @@ SERVICE_LAYERS: list[set[str]] = [
         "crash",
         "capacity",
         "agent_keys",
-        "auth",
         "secret_presets",
         "console_sessions",
+        "access",
+        "quotas",
+        "ratelimit",
+        "events",
+        "audit",
     },
-    {"templates", "secrets"},
+    {"auth", "policy", "templates", "secrets"},
     {"sandboxes"},
     {"launch", "lifecycle"},
-    {"pools", "warm", "processes", "files", "project_services", "metrics"},
+    {"pools", "warm", "processes", "files", "project_services", "metrics", "ports"},
     {"create"},
     {"snapshots", "builds"},
     {"workspace"},
 ]
+
+# Imports that cross a layer on purpose, each with its reason (keep this short).
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("api/inbound.py", "corral.network"): (  # from corral.network import splice
+        "the inbound proxy moves its own connections' bytes with splice(2); no sandbox control"
+    ),
+}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -106,6 +117,7 @@ def _service_rank(name: str) -> int | None:
 def test_layers_go_one_way(path: Path) -> None:
     top = _top(path)
     allowed = ALLOWED.get(top)
+    rel = str(path.relative_to(SRC))
     assert allowed is not None, f"{top}: a new top-level package needs its row in ALLOWED"
     problems = []
     for line, name in _imports(path):
@@ -113,7 +125,7 @@ def test_layers_go_one_way(path: Path) -> None:
         target = parts[1] if len(parts) > 1 else ""
         if target in ("", top):
             continue
-        if target not in allowed:
+        if target not in allowed and (rel, name) not in EXCEPTIONS:
             problems.append(f"line {line}: imports {name} ({top} may import {sorted(allowed)})")
     assert not problems, f"{path.relative_to(SRC)}: " + "; ".join(problems)
 

@@ -73,7 +73,7 @@ class WarmService:
         safe = template.name.replace(":", "@").replace("/", "_")
         final = self.dir / f"{safe}-{template.image.removeprefix('sha256:')[:12]}"
         partial = self.work_dir / f"warm-{final.name}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
+        await asyncio.to_thread(shutil.rmtree, partial, True)
         record = await self.launcher.create(
             CreateRequest(template=template.name, metadata={"corral.warmup": template.name}),
             cold=True,
@@ -118,4 +118,4 @@ class WarmService:
                 self.sandboxes.db.sandboxes.delete(
                     record.id
                 )  # an internal sandbox: leave no record
-            shutil.rmtree(partial, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, partial, True)

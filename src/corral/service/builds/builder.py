@@ -165,7 +165,7 @@ class TemplateBuilder:
             # Uploads live in private dirs: name them as the caller knows them.
             raise BuildFailed(str(exc).replace(str(source), label)) from exc
         finally:
-            shutil.rmtree(layout, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, layout, True)
         if not layers:
             raise BuildFailed(f"image {label} has no layers")
         return ImageManifest(

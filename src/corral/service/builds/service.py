@@ -298,7 +298,7 @@ class BuildService:
         except BaseException:
             builder.release(plan)
             for owned in plan.owned:
-                shutil.rmtree(owned, ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, owned, True)
             self._building.pop(name, None)
             raise
         self._building[name] = handle

@@ -117,7 +117,7 @@ class ForkService:
                     self.db.sandboxes.delete(child.id)
                     if self.secrets is not None:
                         self.secrets.forget(child.id)
-                shutil.rmtree(image, ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, image, True)
                 if isinstance(exc, RuntimeFailure):
                     raise OperationFailed(f"forking sandbox {sandbox_id} failed: {exc}") from exc
                 raise

@@ -93,7 +93,7 @@ class ParkService:
             )
             await self._check_space(record)
             partial, final = park_paths(self.parked_dir, sandbox_id)
-            shutil.rmtree(partial, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, partial, True)
             self.db.sandboxes.update(sandbox_id, operation=Operation.PARKING)
             crash_point(self.settings, "park:before-checkpoint")
             try:
@@ -101,7 +101,7 @@ class ParkService:
                     sandbox_id, partial, leave_running=False, defer_cleanup=True
                 )
             except RuntimeFailure as exc:
-                shutil.rmtree(partial, ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, partial, True)
                 info = await self.runtime.info(sandbox_id)
                 if info.status in (RuntimeStatus.RUNNING, RuntimeStatus.PAUSED):
                     self.db.sandboxes.update(sandbox_id, operation=None)

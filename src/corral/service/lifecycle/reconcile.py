@@ -89,9 +89,9 @@ class Reconciler:
             with contextlib.suppress(RuntimeFailure):
                 await self.runtime.destroy(sandbox_id)
         for leftover in self.work_dir.glob("*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, leftover, True)
         for partial in self.parked_dir.glob("*.partial"):
-            shutil.rmtree(partial, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, partial, True)
         reap = getattr(self.live.network, "reap_stale", None)
         if reap is not None:
             await reap({i for i in (self.live.slot_index_of(s) for s in adopted) if i is not None})
@@ -135,11 +135,11 @@ class Reconciler:
                     operation=None,
                     slot_index=None,
                     image_path=str(final),
-                    image_mib=image_size_mib(final),
+                    image_mib=await asyncio.to_thread(image_size_mib, final),
                 )
                 log.info("sandbox %s: an interrupted park had finished; parked", record.id)
                 return False
-            shutil.rmtree(partial, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, partial, True)
         info = await self.runtime.info(record.id)
         alive = info.status in (RuntimeStatus.RUNNING, RuntimeStatus.PAUSED)
         if op == Operation.WAKING and not alive:
@@ -157,7 +157,7 @@ class Reconciler:
                 await self.runtime.resume(record.id)
             self.db.sandboxes.update(record.id, operation=None)
             if op == Operation.WAKING and record.image_path:
-                remove_parked_image(self.settings, record.image_path)
+                await asyncio.to_thread(remove_parked_image, self.settings, record.image_path)
                 self.db.sandboxes.update(record.id, image_path=None, image_mib=0)
             return True
         await self.sandboxes.fail(

@@ -229,7 +229,7 @@ class SandboxService:
             self.db.sandboxes.update(sandbox_id, operation=Operation.KILLING)
             await self.live.release_resources(sandbox_id, record.slot_index)
             if record.image_path:
-                remove_parked_image(self.settings, record.image_path)
+                await asyncio.to_thread(remove_parked_image, self.settings, record.image_path)
             if self.secrets is not None:
                 self.secrets.forget(sandbox_id)
             self.db.sandboxes.update(

@@ -288,7 +288,7 @@ class SnapshotService:
         client = self.sandboxes.agent(source.id, "snapshot")
         rootfs = self.sandboxes.rootfs_of(source)
         python = self.live.injected_python()
-        partial.mkdir(parents=True)
+        await asyncio.to_thread(partial.mkdir, parents=True)
         what = f"snapshotting the files of sandbox {source.id}"
         max_files = self.settings.snapshot_max_files
         listing = fs_capture.BoundedBuffer()
@@ -313,7 +313,7 @@ class SnapshotService:
             json.dumps([base64.b64encode(path).decode() for path in deleted])
         )
         limit = source.disk_mib * 1024 * 1024 + len(changed) * 2048 + (8 << 20)
-        with open(partial / FS_ARCHIVE, "wb") as sink:
+        with await asyncio.to_thread(open, partial / FS_ARCHIVE, "wb") as sink:
             if changed:
                 await client.write_file(LIST_FILE, b"\0".join(changed), mode=0o600, parents=True)
                 tar = [*python, "-c", fs_capture.TAR_SCRIPT, LIST_FILE]
@@ -418,6 +418,6 @@ class SnapshotService:
 
 
 async def _read_chunks(path: Path, size: int = 1 << 20) -> Any:
-    with open(path, "rb") as handle:
+    with await asyncio.to_thread(open, path, "rb") as handle:
         while chunk := await asyncio.to_thread(handle.read, size):
             yield chunk

@@ -178,7 +178,7 @@ class TransferService:
         try:
             archive = work / "upload.tar"
             await self._receive(data, archive)
-            with open(archive, "rb") as handle:
+            with await asyncio.to_thread(open, archive, "rb") as handle:
                 reader = ExportReader(handle)
                 await asyncio.to_thread(reader.open)
                 manifest = parse_manifest(reader.manifest_bytes)
@@ -204,7 +204,7 @@ class TransferService:
         """Write the upload to ``archive``, refusing it once it outgrows the free disk."""
         limit = self._free_disk_mib() * _MIB
         received = 0
-        with open(archive, "wb") as out:
+        with await asyncio.to_thread(open, archive, "wb") as out:
             async for chunk in data:
                 received += len(chunk)
                 if received > limit:
@@ -286,7 +286,7 @@ class TransferService:
         try:
             await self.admission.admit_parked(record, size)
         except CorralError:  # over capacity or over a quota of the importing key
-            remove_parked_image(self.settings, final)
+            await asyncio.to_thread(remove_parked_image, self.settings, final)
             raise
         return record
 
@@ -333,7 +333,7 @@ class TransferService:
             disk_mib=fields.disk_mib,
             env=dict(fields.env),
             image_path=str(final),
-            size_mib=image_size_mib(final),
+            size_mib=await asyncio.to_thread(image_size_mib, final),
             created_at=min(fields.created_at, time.time()),
             image=image,
             owner=access.new_owner(),
