@@ -221,7 +221,7 @@ async def client(netns: str, target: tuple[str, int, str, str, str], runs: int, 
     return figures
 
 
-async def main(runs: int, size_mib: int, repeats: int) -> None:
+async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
     # bench/ holds a secrets.py, which would shadow the standard library's for the lab.
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "bench"]
     sys.path.insert(0, str(REPO))
@@ -298,6 +298,7 @@ async def main(runs: int, size_mib: int, repeats: int) -> None:
                 "in-slot": (lab.host_ns, (slot_address, SERVER_PORT, slot_address, "", "-")),
                 "inbound": (lab.host_ns, ("127.0.0.1", PROXY_PORT, "127.0.0.1", in_port, TOKEN)),
             }
+            paths = {name: paths[name] for name in (["plain", *only] if only else paths)}
             rounds: dict[str, list[dict]] = {name: [] for name in paths}
             for _ in range(repeats):  # interleaved, so a busy moment hits every path alike
                 for name, (netns, target) in paths.items():
@@ -314,6 +315,10 @@ async def main(runs: int, size_mib: int, repeats: int) -> None:
 
     load = os.getloadavg()[0]
     plain = results["plain"]
+    if only:
+        for name, figures in results.items():
+            print(name, figures)
+        return
     print(f"runs={runs} transfer={size_mib} MiB rounds={repeats} (medians) load={load:.1f}")
     print(
         f"{'path':9} {'setup p50 ms':>13} {'x plain':>8} {'up MiB/s':>9} {'plain/path':>11}"
@@ -344,5 +349,6 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--size", type=int, default=256, help="transfer size in MiB")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per path")
+    parser.add_argument("--only", nargs="*", default=[], help="these paths (plain is always run)")
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.size, args.rounds))
+    asyncio.run(main(args.runs, args.size, args.rounds, args.only))

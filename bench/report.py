@@ -32,6 +32,14 @@ BENCHES: dict[str, tuple[list[str], list[str], int]] = {
     "template_start": (["--runs", "10"], ["--runs", "2"], 1200),
     "lifecycle": (["--runs", "3"], ["--runs", "1"], 1500),
     "cli": (["--runs", "10"], ["--runs", "2"], 900),
+    "broker": (
+        [],
+        [
+            *("--requests", "200", "--connections", "20"),
+            *("--sandbox-requests", "100", "--sandbox-connections", "8"),
+        ],
+        900,
+    ),
     "density": (
         ["--count", "50", "--parked", "50", "--idle-window", "10"],
         ["--count", "4", "--parked", "3", "--idle-window", "3"],

@@ -1,4 +1,4 @@
-"""A loopback lab for the credential broker (tests and bench/secrets.py): a test CA, an HTTPS
+"""A loopback lab for the credential broker (tests and bench/broker.py): a test CA, an HTTPS
 upstream on 127.0.0.1 behind it that records what it received, and a "sandbox" client that trusts
 the workspace CA and talks through ``Broker.serve`` (or through a plain splice, the baseline)."""
 

@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     network_prefix: str = "corral"
     network_subnet: str = "10.200.0.0/16"
     agent_ready_timeout: float = 20.0
+    # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
+    # the next call reaches it (docs/lifecycle.md); 0 never freezes.
+    freeze_idle_seconds: float = Field(default=30.0, ge=0)
     # Egress (docs/network.md): the modes sandboxes may use (comma-separated; the first is the
     # default of `corral new`), the resolvers the sandboxes' DNS goes to (comma-separated IPv4;
     # empty: the host's /etc/resolv.conf) and the interfaces internet egress leaves by (empty:
@@ -102,9 +105,6 @@ class Settings(BaseSettings):
     # The credential broker (docs/secrets.md): the CA bundle upstream certificates are verified
     # against when the broker intercepts a connection (empty: the host's trust store).
     broker_upstream_ca: Path | None = None
-    # The E2B front: the domain E2B clients are told their sandboxes live under (host names
-    # ``{port}-{sandbox id}.{domain}``, routed by the daemon); unset: the host the client used.
-    e2b_domain: str | None = None
 
     # Bounds on what callers and sandboxes send (each refusal says which bound; docs/security.md).
     max_json_body_kib: int = Field(default=1024, ge=16)  # any JSON request body: HTTP 413 past it

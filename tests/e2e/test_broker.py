@@ -272,8 +272,12 @@ def test_a_fork_is_brokered_too(brokerd: Daemon, sbx: Sandbox, lab: Lab) -> None
             child.kill()
 
 
-def test_a_memory_snapshot_restores_with_its_bindings(brokerd: Daemon, lab: Lab) -> None:
-    restored = brokerd.cli("new", "--snapshot", "brokered-snap", "--json")
+def test_a_memory_snapshot_restores_with_its_bindings(
+    brokerd: Daemon, sbx: Sandbox, lab: Lab
+) -> None:
+    taken = brokerd.cli("snapshot", sbx.id, "restore-me")
+    assert taken.returncode == 0, taken.stderr
+    restored = brokerd.cli("new", "--snapshot", "restore-me", "--json")
     assert restored.returncode == 0, restored.stderr
     with Client(brokerd.url, brokerd.key) as client:
         child = client.sandbox(json.loads(restored.stdout)["id"])

@@ -33,6 +33,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 TIMEOUT_MS = 60_000
+expect.set_options(timeout=TIMEOUT_MS)  # a loaded 2-core machine parks and builds slowly
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,8 @@ def page(daemon: Daemon) -> Iterator[Page]:
         context.set_default_timeout(TIMEOUT_MS)
         tab = context.new_page()
         try:
+            tab.goto(login_link(daemon))
+            expect(tab.get_by_role("heading", name="Workspace")).to_be_visible()
             yield tab
         finally:
             context.close()
@@ -79,21 +82,33 @@ def type_line(page: Page, line: str) -> None:
     page.keyboard.press("Enter")
 
 
+def login_link(daemon: Daemon) -> str:
+    link = daemon.cli("console").stdout.decode().strip()
+    assert re.fullmatch(re.escape(daemon.url) + r"/console/#login=[\w-]+", link), link
+    return link
+
+
 def test_log_in_with_the_link_and_see_the_workspace(
     daemon: Daemon, page: Page, shots: Path
 ) -> None:
-    link = daemon.cli("console").stdout.decode().strip()
-    assert re.fullmatch(re.escape(daemon.url) + r"/console/#login=[\w-]+", link), link
-    page.goto(link)
-    expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
-    expect(page.get_by_role("region", name="CPU")).to_contain_text("vCPU")
-    expect(page.get_by_role("region", name="Memory")).to_contain_text("MiB")
-    expect(page.locator("nav")).to_contain_text("admin")
-    assert "#login=" not in page.url  # the token left the address bar
-    page.screenshot(path=shots / "workspace.png", full_page=True)
+    link = login_link(daemon)
+    browser = page.context.browser
+    assert browser is not None
+    fresh = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        tab = fresh.new_page()
+        tab.goto(link)
+        expect(tab.get_by_role("heading", name="Workspace")).to_be_visible()
+        expect(tab.get_by_role("region", name="CPU")).to_contain_text("vCPU")
+        expect(tab.get_by_role("region", name="Memory")).to_contain_text("MiB")
+        expect(tab.locator("nav")).to_contain_text("admin")
+        assert "#login=" not in tab.url  # the token left the address bar
+        tab.screenshot(path=shots / "workspace.png", full_page=True)
+    finally:
+        fresh.close()
 
     # The same link a second time: refused, and the page says why.
-    other = page.context.browser.new_context()
+    other = browser.new_context()
     try:
         again = other.new_page()
         again.goto(link)
@@ -175,15 +190,34 @@ def test_files_upload_view_and_download(
     page.get_by_role("button", name="Open", exact=True).click()
     upload = tmp_path / "from-browser.txt"
     upload.write_text("hello from the console\n")
-    page.get_by_label("Upload to this directory").set_input_files(upload)
+    into_tmp = page.get_by_label("Upload to /tmp")  # labelled once /tmp is listed
+    expect(into_tmp).to_be_attached()
+    into_tmp.set_input_files(upload)
     entry = page.locator("tr", has_text="from-browser.txt")
     expect(entry).to_be_visible()
+    with daemon.client() as api:
+        sandbox_id = page.url.rsplit("/", 1)[-1].split("?")[0]
+        read = api.get(
+            f"/v1/sandboxes/{sandbox_id}/files/content", params={"path": "/tmp/from-browser.txt"}
+        )
+        assert read.text == "hello from the console\n"
     entry.get_by_role("button", name="View").click()
     expect(page.get_by_test_id("file-view")).to_have_text("hello from the console\n")
     with page.expect_download() as download:
         entry.get_by_role("link", name="Download").click()
     assert Path(download.value.path()).read_text() == "hello from the console\n"
     page.screenshot(path=shots / "files.png", full_page=True)
+
+
+def test_metrics_plot_the_sandbox_live(daemon: Daemon, page: Page, shots: Path) -> None:
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    page.locator("table.sandboxes tbody tr[data-id]").first.get_by_role("link").click()
+    page.get_by_role("tab", name="metrics").click()
+    expect(page.get_by_test_id("metrics-now")).to_contain_text(
+        re.compile(r"memory\s+\d+ of 256 MiB")
+    )
+    expect(page.locator(".plot canvas")).to_have_count(3)
+    page.screenshot(path=shots / "metrics.png", full_page=True)
 
 
 def test_network_mode_changes_live(daemon: Daemon, page: Page, shots: Path) -> None:
@@ -214,9 +248,12 @@ def test_build_a_template_and_watch_its_log(daemon: Daemon, page: Page, shots: P
 
 
 def test_kill_asks_first(daemon: Daemon, page: Page, shots: Path) -> None:
+    page.set_viewport_size({"width": 1024, "height": 768})  # a laptop
     page.goto(f"{daemon.url}/console/#/sandboxes")
     row = page.locator("table.sandboxes tbody tr[data-id]").first
     sandbox_id = row.get_attribute("data-id")
+    page.screenshot(path=shots / "sandboxes-laptop.png", full_page=True)
+    expect(row.get_by_role("button", name="Kill")).to_be_in_viewport()
     row.get_by_role("button", name="Kill").click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text(f"Kill {sandbox_id}?")
@@ -228,6 +265,130 @@ def test_kill_asks_first(daemon: Daemon, page: Page, shots: Path) -> None:
     expect(page.locator(f'tr[data-id="{sandbox_id}"]')).to_have_count(0)
     with daemon.client() as api:
         assert api.get(f"/v1/sandboxes/{sandbox_id}").json()["state"] == "killed"
-    page.set_viewport_size({"width": 1024, "height": 768})  # a laptop
+    page.set_viewport_size({"width": 800, "height": 700})  # a narrow window: the menu on top
     page.goto(f"{daemon.url}/console/#/")
-    page.screenshot(path=shots / "workspace-laptop.png", full_page=True)
+    page.screenshot(path=shots / "workspace-narrow.png", full_page=True)
+
+
+def log_in_with_key(page: Page, url: str, key: str) -> None:
+    page.goto(f"{url}/console/")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Workspace")).to_be_visible()
+
+
+def test_keys_policy_audit_and_what_member_and_viewer_keys_see(
+    daemon: Daemon, page: Page, shots: Path
+) -> None:
+    page.set_viewport_size({"width": 1440, "height": 900})
+    with daemon.client() as api:
+        made = api.post("/v1/sandboxes", json={"memory_mib": 256})
+        assert made.status_code == 201, made.text
+        admins = made.json()["id"]
+
+    # An admin makes a viewer key on the keys page; the key is shown once.
+    page.goto(f"{daemon.url}/console/#/keys")
+    form = page.get_by_role("form", name="New key")
+    form.get_by_label("Name").fill("watcher")
+    form.get_by_label("Role").select_option("viewer")
+    form.get_by_role("button", name="Create key").click()
+    viewer_key = page.get_by_test_id("new-key").inner_text().strip()
+    expect(page.locator("table")).to_contain_text("watcher")
+    page.screenshot(path=shots / "keys.png", full_page=True)
+    page.goto(f"{daemon.url}/console/#/policy")
+    expect(page.get_by_label("Max vCPU per sandbox")).to_be_visible()
+    page.screenshot(path=shots / "policy.png", full_page=True)
+    page.goto(f"{daemon.url}/console/#/audit")
+    expect(page.locator("table")).to_contain_text("create_key")
+    page.screenshot(path=shots / "audit.png", full_page=True)
+
+    with daemon.client() as api:
+        member_key = api.post("/v1/keys", json={"name": "alice", "role": "member"}).json()["key"]
+    browser = page.context.browser
+    assert browser is not None
+    for key, role in ((member_key, "member"), (viewer_key, "viewer")):
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        try:
+            other = context.new_page()
+            other.set_default_timeout(TIMEOUT_MS)
+            log_in_with_key(other, daemon.url, key)
+            nav = other.get_by_role("navigation")
+            expect(nav).to_contain_text(role)
+            expect(nav.get_by_role("link", name="Keys")).to_have_count(0)
+            expect(nav.get_by_role("link", name="Policy")).to_have_count(0)
+            other.goto(f"{daemon.url}/console/#/sandboxes")
+            expect(other.get_by_text("shown")).to_be_visible()
+            if role == "member":
+                # Another key's sandbox is not there at all (by URL: answered as missing).
+                expect(other.locator(f'tr[data-id="{admins}"]')).to_have_count(0)
+                form = other.get_by_role("form", name="New sandbox")
+                form.get_by_label("Memory MiB").fill("256")
+                form.get_by_role("button", name="New sandbox").click()
+                row = other.locator("table.sandboxes tbody tr[data-id]").first
+                expect(row.get_by_test_id("state")).to_have_text("running")
+                expect(row).to_contain_text("alice")
+                other.screenshot(path=shots / f"sandboxes-{role}.png", full_page=True)
+                other.goto(f"{daemon.url}/console/#/sandboxes/{admins}")
+                expect(other.get_by_role("alert")).to_contain_text("not found")
+            else:
+                # A viewer reads everything and changes nothing.
+                expect(other.get_by_role("form", name="New sandbox")).to_have_count(0)
+                row = other.locator(f'tr[data-id="{admins}"]')
+                expect(row.get_by_test_id("state")).to_have_text("running")
+                expect(row.get_by_role("button")).to_have_count(0)
+                other.screenshot(path=shots / f"sandboxes-{role}.png", full_page=True)
+                row.get_by_role("link").click()
+                expect(other.get_by_text("A viewer key may not open a terminal")).to_be_visible()
+        finally:
+            context.close()
+
+
+def test_sandbox_page_fork_snapshot_ports_processes_and_a_refusal(
+    daemon: Daemon, page: Page, shots: Path
+) -> None:
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{daemon.url}/console/#/sandboxes")
+    # A request the daemon refuses: its message is shown as it is.
+    form = page.get_by_role("form", name="New sandbox")
+    form.get_by_label("Memory MiB").fill("9999999")
+    form.get_by_role("button", name="New sandbox").click()
+    expect(page.get_by_role("alert")).to_contain_text(re.compile(r"Refused \(4\d\d\).*memory"))
+    page.screenshot(path=shots / "refused.png")
+
+    with daemon.client() as api:
+        sandbox_id = api.post("/v1/sandboxes", json={"memory_mib": 256}).json()["id"]
+        started = api.post(
+            f"/v1/sandboxes/{sandbox_id}/exec",
+            json={"cmd": ["sleep", "300"], "background": True},
+        )
+        pid = started.json()["pid"]
+    page.goto(f"{daemon.url}/console/#/sandboxes/{sandbox_id}?tab=processes")
+    row = page.locator("tr", has_text="sleep 300")
+    row.get_by_label(f"Signal for {pid}").select_option("SIGKILL")
+    row.get_by_role("button", name="Signal").click()
+    page.get_by_role("dialog").get_by_role("button", name="Send SIGKILL").click()
+    expect(row).to_contain_text("killed by 9")
+
+    page.get_by_role("tab", name="ports").click()
+    page.get_by_label("Port").fill("8080")
+    page.get_by_role("button", name="Open port").click()
+    link = page.locator("table a", has_text="8080").first
+    expect(link).to_be_visible()
+    assert (link.get_attribute("href") or "").startswith("http")
+    page.screenshot(path=shots / "ports.png", full_page=True)
+
+    page.get_by_role("button", name="Fork").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("spinbutton").fill("2")
+    dialog.get_by_role("button", name="Fork").click()
+    page.get_by_role("button", name="Snapshot").click()
+    dialog.get_by_role("textbox").fill("from-console")
+    dialog.get_by_role("button", name="Snapshot").click()
+    page.get_by_role("tab", name="lineage").click()
+    lineage = page.get_by_role("tabpanel")
+    expect(lineage.locator("li a")).to_have_count(2)  # the two forks
+    expect(lineage).to_contain_text("from-console")
+    page.screenshot(path=shots / "lineage.png", full_page=True)
+    page.get_by_role("link", name="Snapshots").click()
+    expect(page.locator("table")).to_contain_text("from-console")
+    page.screenshot(path=shots / "snapshots.png", full_page=True)

@@ -5,6 +5,7 @@ The SDK is pointed at the daemon only by the settings ``corral e2b env`` prints.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from e2b import (
     TimeoutException,
 )
 from e2b.sandbox.filesystem.filesystem import FileType
+from e2b.sandbox.filesystem.watch_handle import FilesystemEvent
 
 from tests.e2e.conftest import Daemon
 
@@ -150,6 +152,17 @@ def test_commands_foreground(sbx: Sandbox) -> None:
     assert (failed.value.exit_code, failed.value.stdout) == (3, "partial\n")
     with pytest.raises(TimeoutException):
         sbx.commands.run("sleep 30", timeout=1)
+
+
+def test_many_megabytes_of_output(sbx: Sandbox) -> None:
+    seen = [0]
+
+    def count(chunk: str) -> None:
+        seen[0] += len(chunk)
+
+    result = sbx.commands.run("head -c 24000000 /dev/zero | base64 -w 0", on_stdout=count)
+    assert len(result.stdout) == seen[0] == 32_000_000
+    assert set(result.stdout) == {"A"}
 
 
 def test_commands_background_stdin_list_connect_kill(sbx: Sandbox) -> None:
@@ -282,7 +295,17 @@ def test_fork_and_snapshots(sbx: Sandbox) -> None:
 
 
 def test_killed_sandbox_behind_a_session(sbx: Sandbox) -> None:
+    terminal = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
+    handle = sbx.files.watch_dir("/tmp")
     Sandbox.kill(sbx.sandbox_id)
+    with pytest.raises(SandboxException):  # ends, does not hang
+        terminal.wait()
+    with pytest.raises(SandboxException):
+        handle.get_new_events()
+    with pytest.raises(NotFoundException):
+        sbx.get_metrics()
+    with pytest.raises(NotFoundException):
+        sbx.update_network({"deny_out": ["203.0.113.0/24"]})
     with pytest.raises(SandboxException):
         sbx.commands.run("true", timeout=10)
     with pytest.raises(SandboxException):
@@ -300,6 +323,8 @@ def test_bad_input(daemon: Daemon) -> None:
         Sandbox.create("base", mcp={"exa": {"apiKey": "x"}})  # type: ignore[typeddict-item]
     with pytest.raises(AuthenticationException):
         Sandbox.create("base", api_key="e2b_" + "0" * 40)
+    with pytest.raises(SandboxException, match=r"400: network\.allow_out entry"):
+        Sandbox.create("base", network={"allow_out": ["1.1.1.1:99999"]})
     # Fields corral does not know are refused by name, never silently dropped.
     answer = httpx.post(
         f"{daemon.url}/v2/sandboxes",
@@ -308,6 +333,12 @@ def test_bad_input(daemon: Daemon) -> None:
     )
     assert answer.status_code == 400
     assert "gpu" in answer.json()["message"]
+    answer = httpx.post(
+        f"{daemon.url}/v2/sandboxes",
+        headers={"X-API-KEY": daemon.key},
+        json={"templateID": "base", "network": {"allowOut": [], "gpuNet": True}},
+    )
+    assert answer.status_code == 400 and "'gpuNet'" in answer.json()["message"]
     # envd refuses a request without the sandbox's access token, and ports it cannot forward.
     with daemon.client() as client:
         sandbox_id = client.post("/v1/sandboxes", json={"memory_mib": 256}).json()["id"]
@@ -320,8 +351,13 @@ def test_bad_input(daemon: Daemon) -> None:
                 json={},
             )
             assert rpc.status_code == 401
-            port = httpx.get(f"{daemon.url}/", headers={**health, "E2b-Sandbox-Port": "8080"})
-            assert port.status_code == 502 and "8080" in port.json()["message"]
+            # Other ports need the sandbox's traffic (or envd) token, and something listening.
+            port = {**health, "E2b-Sandbox-Port": "8080"}
+            assert httpx.get(f"{daemon.url}/", headers=port).status_code == 401
+            token = {"E2B-Traffic-Access-Token": "0" * 64}
+            assert httpx.get(f"{daemon.url}/", headers={**port, **token}).status_code == 401
+            bad = httpx.get(f"{daemon.url}/", headers={**health, "E2b-Sandbox-Port": "x"})
+            assert bad.status_code == 400
         finally:
             client.delete(f"/v1/sandboxes/{sandbox_id}")
 
@@ -348,6 +384,53 @@ def test_pty_create_input_resize_kill(sbx: Sandbox) -> None:
     assert sbx.pty.kill(sleeper.pid) is True
     with pytest.raises(CommandExitException):
         sleeper.wait()
+
+
+def test_watch_dir(sbx: Sandbox) -> None:
+    sbx.files.make_dir("/tmp/watched/sub")
+    handle = sbx.files.watch_dir("/tmp/watched", recursive=True)
+    sbx.files.write("/tmp/watched/a.txt", "one")
+    sbx.files.write("/tmp/watched/sub/b.txt", "two")
+    sbx.files.rename("/tmp/watched/a.txt", "/tmp/watched/c.txt")
+    sbx.commands.run("chmod 600 /tmp/watched/c.txt && rm /tmp/watched/c.txt")
+    seen: set[tuple[str, str]] = set()
+    wanted = {
+        ("a.txt", "create"),
+        ("a.txt", "write"),
+        ("sub/b.txt", "create"),
+        ("a.txt", "rename"),
+        ("c.txt", "create"),
+        ("c.txt", "chmod"),
+        ("c.txt", "remove"),
+    }
+    deadline = time.monotonic() + 20
+    while not wanted <= seen and time.monotonic() < deadline:
+        seen |= {(e.name, e.type.value.lower()) for e in handle.get_new_events()}
+    handle.stop()
+    assert wanted <= seen, seen
+    with pytest.raises(SandboxException):
+        sbx.files.watch_dir("/tmp/no-such-dir")
+
+
+async def test_watch_dir_streamed_by_the_async_sdk(_e2b_settings: None) -> None:
+    sandbox = await AsyncSandbox.create("base", timeout=120)
+    try:
+        got: list[tuple[str, str]] = []
+        arrived = asyncio.Event()
+
+        def on_event(event: FilesystemEvent) -> None:
+            got.append((event.name, event.type.value.lower()))
+            if ("new.txt", "write") in got:
+                arrived.set()
+
+        await sandbox.files.make_dir("/tmp/w")
+        handle = await sandbox.files.watch_dir("/tmp/w", on_event, timeout=60)
+        await sandbox.files.write("/tmp/w/new.txt", "x")
+        await asyncio.wait_for(arrived.wait(), 20)
+        await handle.stop()
+        assert ("new.txt", "create") in got
+    finally:
+        await sandbox.kill()
 
 
 def test_metrics(sbx: Sandbox) -> None:
@@ -405,12 +488,28 @@ def test_network_options_become_egress_rules(daemon: Daemon) -> None:
         offline.kill()
 
 
-def test_domain_and_traffic_token(daemon: Daemon, sbx: Sandbox) -> None:
-    host = daemon.url.removeprefix("http://")
-    assert sbx.sandbox_domain == host
-    assert sbx.get_host(8080) == f"8080-{sbx.sandbox_id}.{host}"
-    assert re.fullmatch(r"[0-9a-f]{64}", sbx.traffic_access_token or "")
-    assert sbx.traffic_access_token != Sandbox.connect(sbx.sandbox_id)._envd_access_token
+def test_domain_traffic_token_and_other_ports(daemon: Daemon, sbx: Sandbox) -> None:
+    port = daemon.url.rpartition(":")[2]
+    assert sbx.sandbox_domain == f"localhost:{port}"  # the daemon's domain of port host names
+    assert sbx.get_host(8000) == f"8000-{sbx.sandbox_id}.localhost:{port}"
+    traffic = sbx.traffic_access_token or ""
+    assert re.fullmatch(r"[0-9a-f]{64}", traffic)
+    envd_token = Sandbox.connect(sbx.sandbox_id)._envd_access_token
+    assert traffic != envd_token
+    # A server on port 8000 of the sandbox, reached as the E2B SDKs address ports.
+    sbx.files.write("/tmp/site/hello.txt", "served from the sandbox")
+    sbx.commands.run("cd /tmp/site && exec python3 -m http.server 8000", background=True)
+    routed = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8000"}
+    closed = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8001"}
+    for credential in ({"E2B-Traffic-Access-Token": traffic}, {"X-Access-Token": envd_token}):
+        deadline = time.monotonic() + 20
+        while True:
+            got = httpx.get(f"{daemon.url}/hello.txt?x=1", headers={**routed, **credential})
+            if got.status_code == 200 or time.monotonic() > deadline:
+                break
+        assert (got.status_code, got.text) == (200, "served from the sandbox")
+    refused = httpx.get(f"{daemon.url}/", headers={**closed, "X-Access-Token": envd_token})
+    assert refused.status_code == 502 and "8001" in refused.json()["message"]
 
 
 def test_first_generation_routes_and_host_names(daemon: Daemon, sbx: Sandbox) -> None:

@@ -184,6 +184,30 @@ def test_tokens_missing_wrong_query_and_cookie(
     sbx.ports.close(9)
 
 
+def test_a_sandbox_server_never_sees_the_console_session_cookie(
+    daemon: Daemon, served: tuple[Client, Sandbox]
+) -> None:
+    """The attack: a user logged in to the web console opens a sandbox's port by its path URL
+    (same origin as the console, so the browser sends the session cookie along); the sandbox's
+    server reads the Cookie header to act as that user's key. The proxy removes it."""
+    _, sbx = served
+    opened = sbx.ports.open(HTTP_PORT)
+    with httpx.Client(base_url=daemon.url, headers={"Origin": daemon.url}, timeout=30) as browser:
+        login = browser.post("/console/api/session", json={"api_key": daemon.key})
+        assert login.status_code == 200, login.text
+        session = browser.cookies["corral_session"]
+    # A new connection, as a browser opens for the port (a kept-alive API one stays the API's).
+    answer = httpx.get(
+        opened.path_url + "steal",
+        headers={"X-Corral-Token": opened.token or "", "Cookie": f"x=1; corral_session={session}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    cookie = answer.json()["headers"].get("cookie", "")
+    assert session not in cookie and "corral_session" not in cookie
+    assert cookie == "x=1"  # the page's own cookies still reach it
+
+
 def test_public_port_closed_port_and_nothing_listening(served: tuple[Client, Sandbox]) -> None:
     _, sbx = served
     public = sbx.ports.open(HTTP_PORT + 1, public=True)
@@ -301,3 +325,88 @@ def test_cli_port_open_ls_close(daemon: Daemon, served: tuple[Client, Sandbox]) 
     closed = daemon.cli("port", "close", sbx.id, "7000")
     assert closed.returncode == 0, closed.stderr.decode()
     assert httpx.get(public["path_url"]).status_code == 404
+
+
+def _fetch_in(sbx: Sandbox, url: str) -> str | None:
+    code = (
+        f"import urllib.request\nprint(urllib.request.urlopen({url!r}, timeout=30).read().decode())"
+    )
+    result = sbx.exec(["python3", "-c", code], timeout=60)
+    return result.stdout if result.exit_code == 0 else None
+
+
+def test_a_sandbox_port_as_a_project_service(
+    daemon: Daemon, served: tuple[Client, Sandbox]
+) -> None:
+    client, sbx = served
+    added = client.add_service("api.project", sandbox=sbx.id, port=HTTP_PORT)
+    assert added.sandbox_id == sbx.id and added.address.startswith("169.254.10")
+    caller = client.create_sandbox(network="project")
+    try:
+        seen = _fetch_in(caller, f"http://api.project:{HTTP_PORT}/from-a-sandbox")
+        assert seen is not None and json.loads(seen)["path"] == "/from-a-sandbox"
+        info = json.loads(daemon.cli("info", sbx.id, "--json").stdout)
+        assert info["serves_as"] == ["api.project"]
+        assert "api.project" in json.loads(daemon.cli("info", caller.id, "--json").stdout)["names"]
+        # A parked target with auto-wake wakes for a service connection too.
+        sbx.park()
+        seen = _fetch_in(caller, f"http://api.project:{HTTP_PORT}/after-park")
+        assert seen is not None and json.loads(seen)["path"] == "/after-park"
+        assert sbx.info().state == "running"
+        # Out of the project modes the same name goes nowhere, at once.
+        caller.network.update(mode="airgapped")
+        assert _fetch_in(caller, f"http://api.project:{HTTP_PORT}/") is None
+        caller.network.update(mode="internet")
+        assert _fetch_in(caller, f"http://{added.address}:{HTTP_PORT}/") is None
+    finally:
+        caller.kill()
+        client.remove_service("api.project")
+    listed = daemon.cli("service", "ls")
+    assert "api.project" not in listed.stdout.decode()
+
+
+def _raw_exchange(daemon: Daemon, data: bytes) -> bytes:
+    """Send ``data`` on one connection to the daemon and read until it closes."""
+    with socket.create_connection(_host_of(daemon), timeout=30) as sock:
+        sock.sendall(data)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got
+
+
+def test_attacks_on_the_inbound_proxy_fail(daemon: Daemon, served: tuple[Client, Sandbox]) -> None:
+    client, sbx = served
+    opened = sbx.ports.open(HTTP_PORT)
+    other = client.create_sandbox()
+    try:
+        other.ports.open(HTTP_PORT)  # open, token needed, nothing listening
+        # Authorized for one sandbox, then a second request on the same connection for
+        # another sandbox's port: the connection ends; the second never reaches anything.
+        first = (
+            f"GET /sandboxes/{sbx.id}/ports/{HTTP_PORT}/one HTTP/1.1\r\nHost: x\r\n"
+            f"X-Corral-Token: {opened.token}\r\n\r\n"
+        )
+        second = f"GET /sandboxes/{other.id}/ports/{HTTP_PORT}/two HTTP/1.1\r\nHost: x\r\n\r\n"
+        got = _raw_exchange(daemon, (first + second).encode())
+        assert got.count(b"HTTP/1.1 ") == 1 and b'"/one"' in got and b"/two" not in got
+        # ... nor the daemon's API with no key, by a later request on the connection.
+        api = "GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\n\r\n"
+        got = _raw_exchange(daemon, (first + api).encode())
+        assert got.count(b"HTTP/1.1 ") == 1 and b'"sandboxes":' not in got
+        # A head with both Content-Length and chunked (request smuggling) is refused.
+        smuggle = (
+            f"POST /sandboxes/{sbx.id}/ports/{HTTP_PORT}/s HTTP/1.1\r\nHost: x\r\n"
+            f"X-Corral-Token: {opened.token}\r\nContent-Length: 4\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        )
+        assert _raw_exchange(daemon, smuggle.encode()).startswith(b"HTTP/1.1 400 ")
+        # A port token is no API key, and an API key is no port token.
+        with_token = httpx.get(
+            f"{daemon.url}/v1/sandboxes", headers={"Authorization": f"Bearer {opened.token}"}
+        )
+        assert with_token.status_code == 401
+        with_key = httpx.get(opened.path_url, headers={"X-Corral-Token": daemon.key})
+        assert with_key.status_code == 403
+    finally:
+        other.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -36,6 +37,7 @@ EVERY_TOOL = {
     "fork_sandbox",
     "snapshot_sandbox",
     "update_network",
+    "open_port",
 }
 
 
@@ -109,6 +111,19 @@ async def every_tool(session: ClientSession, daemon: Daemon) -> list[str]:
     listed = payload(await call("list_files", {"path": "/work"}))
     assert [e["path"] for e in listed["entries"]] == ["/work/notes.txt"]
     assert "No such file" in failed(await call("read_file", {"path": "/work/missing"}))
+
+    server = {"command": "cd /work && exec python3 -m http.server 8000", "background": True}
+    payload(await call("run_command", server))
+    opened = payload(await call("open_port", {"port": 8000}))
+    assert opened["port"] == 8000 and opened["token"]
+    deadline = time.monotonic() + 20
+    while True:
+        got = httpx.get(
+            f"{opened['path_url']}notes.txt", headers={"X-Corral-Token": opened["token"]}
+        )
+        if got.status_code == 200 or time.monotonic() > deadline:
+            break
+    assert (got.status_code, got.text) == (200, "héllo")
 
     made = payload(await call("create_sandbox", {"memory_mib": 256, "network": "airgapped"}))
     other = made["id"]

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from corral import Sandbox
-from corral.sdk.pty import Pty
+from corral.sdk import Pty
 from tests.e2e.conftest import CORRAL, Daemon
 
 # In the sandbox: wait until a `sleep` runs in a process group of its own. The shell's child

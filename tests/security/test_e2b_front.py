@@ -162,3 +162,70 @@ async def test_a_viewer_key_cannot_change_or_open_sandboxes(
     listed = await client.get("/v2/sandboxes", headers=viewer)
     assert [s["sandboxID"] for s in listed.json()] == [sandbox_id]
     assert (await client.get(f"/sandboxes/{sandbox_id}")).json()["state"] == "running"
+
+
+async def test_a_traffic_token_opens_only_its_own_sandboxs_ports(
+    client: httpx.AsyncClient,
+) -> None:
+    """A sandbox's traffic token (or envd token) reaches its ports, never another sandbox's,
+    never envd; the credentials are not passed on to the port."""
+    created = await client.post("/v2/sandboxes", json={"templateID": "base", "timeout": 60})
+    a_id, a_traffic = created.json()["sandboxID"], created.json()["trafficAccessToken"]
+    b_id, b_token = await new_sandbox(client)
+    port = {"E2b-Sandbox-Id": b_id, "E2b-Sandbox-Port": "8000"}
+    for stolen in (
+        {"E2B-Traffic-Access-Token": a_traffic},
+        {"X-Access-Token": a_traffic},
+        {"E2B-Traffic-Access-Token": b_token[:-1] + "0"},
+    ):
+        answer = await client.get("/", headers={**port, **stolen})
+        assert answer.status_code == 401, answer.text
+    # The traffic token is no envd token: envd stays closed to it.
+    envd = {"E2b-Sandbox-Id": a_id, "X-Access-Token": a_traffic}
+    assert await pids(client, envd) == 401
+    with_traffic = {"E2b-Sandbox-Id": a_id, "E2B-Traffic-Access-Token": a_traffic}
+    assert await pids(client, with_traffic) == 401
+
+
+async def test_forwarding_strips_the_sandbox_credentials(client: httpx.AsyncClient) -> None:
+    """What reaches the port: the request with its body and the app's own headers, without the
+    sandbox's tokens or the routing headers (here the "sandbox port" is a loopback server, as
+    the unit harness's sandboxes live on loopback)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"] or 0))
+            answer = json.dumps({"headers": dict(self.headers), "body": body.decode()}).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        created = await client.post("/v2/sandboxes", json={"templateID": "base", "timeout": 60})
+        body = created.json()
+        headers = {
+            "E2b-Sandbox-Id": body["sandboxID"],
+            "E2b-Sandbox-Port": str(server.server_address[1]),
+            "E2B-Traffic-Access-Token": body["trafficAccessToken"],
+            "X-Access-Token": body["envdAccessToken"],
+            "Authorization": "Bearer the-apps-own",
+            "X-Custom": "kept",
+        }
+        answer = await client.post("/echo?q=1", headers=headers, content=b"payload")
+        assert answer.status_code == 200, answer.text
+        seen = {k.lower(): v for k, v in answer.json()["headers"].items()}
+        assert answer.json()["body"] == "payload"
+        assert (seen["authorization"], seen["x-custom"]) == ("Bearer the-apps-own", "kept")
+        for secret in ("x-access-token", "e2b-traffic-access-token", "e2b-sandbox-id", "x-api-key"):
+            assert secret not in seen, secret
+    finally:
+        server.shutdown()

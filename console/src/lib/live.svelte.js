@@ -91,8 +91,13 @@ export function start() {
   if (timer) return;
   refresh();
   listen();
+  // Without the event stream every 2 s; with it, changes come as events and the poll is only
+  // a check every 15 s.
+  let ticks = 0;
   timer = setInterval(() => {
-    if (document.visibilityState !== 'hidden') refresh();
+    ticks += 1;
+    if (document.visibilityState === 'hidden') return;
+    if (!live.streaming || ticks % 8 === 0) refresh();
   }, 2000);
 }
 

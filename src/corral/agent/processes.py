@@ -151,6 +151,16 @@ class Agent:
         self.pumps = PumpPool()
         self.deadlines = Deadlines()
         self.oom = OomKiller(self._on_oom_kill)
+        self._watches: Any = None  # watch.Watches, made (and its module loaded) at first use
+
+    def watches(self) -> Any:
+        """The directory watches (``watch.Watches``)."""
+        with self.lock:
+            if self._watches is None:
+                from .watch import Watches
+
+                self._watches = Watches()
+            return self._watches
 
     def start(self) -> None:
         """Start the reaper and (inside a sandbox) the OOM killer; pipe readers and the

@@ -65,6 +65,8 @@ class Handler(Connection):
             return self._route_processes(method, parts[1:])
         if parts and parts[0] == "files":
             return self._route_files(method, parts[1:])
+        if parts and parts[0] == "watches":
+            return self._route_watches(method, parts[1:])
         raise ApiError(404, "not_found", f"no route {method} {path}")
 
     def _route_processes(self, method: str, rest: list[str]) -> None:
@@ -141,6 +143,22 @@ class Handler(Connection):
             src, src_raw = resolve_path(body.get("src"))
             dst, dst_raw = resolve_path(body.get("dst"))
             return self.send_json(200, move_path(src, src_raw, dst, dst_raw))
+        raise ApiError(404, "not_found", f"no route {method} {self.path}")
+
+    def _route_watches(self, method: str, rest: list[str]) -> None:
+        watches = self.agent.watches()
+        if not rest and method == "POST":
+            body = self.read_json()
+            path, _ = resolve_path(body.get("path"))
+            watch = watches.create(path, bool(body.get("recursive")))
+            return self.send_json(201, {"id": watch.id})
+        watch_id = parse_int(rest[0], "watch id") if rest else 0
+        if len(rest) == 1 and method == "DELETE":
+            watches.remove(watch_id)
+            return self.send_empty()
+        if len(rest) == 2 and rest[1] == "events" and method == "GET":
+            wait = float(parse_int(self.query.get("wait_ms"), "wait_ms", 0)) / 1000
+            return self.send_json(200, watches.get(watch_id).take(wait))
         raise ApiError(404, "not_found", f"no route {method} {self.path}")
 
     def _rekey(self, body: dict[str, object]) -> None:

@@ -9,21 +9,25 @@ Routes (the daemon's own listener; ``api/front.py`` hands over the connections t
 
 Credentials (``service.ports.PortService.check_access``): the port's token in the
 ``X-Corral-Token`` header, the ``corral_token`` query parameter, or the ``corral_token`` cookie;
-a public port needs none. All three are removed before the request goes on. A GET or HEAD with
-the token in its query is answered with a redirect to the same URL without it that sets the
-cookie (scoped to the route), so a browser can follow links while the token leaves the address
-bar. Then the sandbox is resolved (a parked sandbox with auto-wake wakes now) and connected to.
+a public port needs none. All three are removed before the request goes on, and so is the web
+console's session cookie (``corral_session``), which a browser sends to path routes too. A GET
+or HEAD with the token in its query is answered with a redirect to the same URL without it that
+sets the cookie (scoped to the route), so a browser can follow links while the token leaves the
+address bar. Then the sandbox is resolved (a parked sandbox with auto-wake wakes now) and
+connected to.
 
 Streaming: once the first request is let through, the connection's socket is taken out of its
 asyncio transport and both directions are spliced in the kernel (``network/splice.py``): the
 answers as they come, the requests too, but the proxy still finds the start of every later
 request on a kept-alive connection (``Content-Length`` bodies spliced by count, chunked ones read
 through ``h11``): each head is checked against the first request's target and rewritten; a
-request for another sandbox or port (or the API) closes the connection. After an ``Upgrade``
+request for another sandbox or port (or the API) is not forwarded: the answers under way finish
+(the port sees the end of the requests) and the connection closes. After an ``Upgrade``
 request (WebSocket) everything is spliced as is.
 
 Bounds: a request head at most ``max_head`` bytes (431), at most ``max_connections`` proxied
-connections at once (503), the upstream connect within ``connect_timeout`` (504). Errors are the
+connections at once (503), the upstream connect within ``connect_timeout`` (504), the answers
+still owed after the requests end within ``drain_timeout``. Errors are the
 API's JSON ``{"code", "message"}`` with the status of ``corral.errcodes``; a port nothing listens
 on is a 502 saying so.
 """
@@ -46,6 +50,7 @@ import h11
 
 from corral.errcodes import status_of
 from corral.network import splice
+from corral.service.console_sessions import COOKIE_NAME as CONSOLE_COOKIE
 from corral.service.errors import CorralError
 from corral.service.ports import PortService
 
@@ -56,6 +61,9 @@ log = logging.getLogger("corral.inbound")
 HEAD_END = b"\r\n\r\n"
 TOKEN_HEADER = b"x-corral-token"
 TOKEN_NAME = "corral_token"
+# The web console's session cookie rides along with every request to the daemon's origin, path
+# routes included: a sandbox's server must never see it (it is the key of whoever is logged in).
+DAEMON_COOKIES = (TOKEN_NAME.encode(), CONSOLE_COOKIE.encode())
 CHUNK = 256 * 1024  # one read of a chunked request body
 _PATH = re.compile(rb"^/sandboxes/(sb-[0-9a-z]{4,32})/ports/(\d{1,5})(/[^?#]*)?(\?.*)?$", re.S)
 _HOST = re.compile(rb"^(\d{1,5})-(sb-[0-9a-z]{4,32})\.", re.I)
@@ -215,13 +223,13 @@ def _strip_credentials(
         if lower == TOKEN_HEADER:
             header_token = value.decode("latin-1").strip()
             continue
-        if lower == b"cookie" and TOKEN_NAME.encode() in value:
+        if lower == b"cookie" and any(name in value for name in DAEMON_COOKIES):
             crumbs = []
             for crumb in value.split(b";"):
                 key, _, val = crumb.strip().partition(b"=")
                 if key == TOKEN_NAME.encode():
                     cookie_token = val.decode("latin-1")
-                elif crumb.strip():
+                elif key not in DAEMON_COOKIES and crumb.strip():
                     crumbs.append(crumb.strip())
             if not crumbs:
                 continue
@@ -242,8 +250,10 @@ class InboundProxy:
         max_head: int = 64 * 1024,
         connect_timeout: float = 10.0,
         max_connections: int = 1024,
+        drain_timeout: float = 60.0,
     ) -> None:
         self.ports = ports
+        self.drain_timeout = drain_timeout
         self.app_ports = app_ports
         self.max_head = max_head
         self.connect_timeout = connect_timeout
@@ -424,10 +434,11 @@ class _Link:
             if not clean:
                 answers.cancel()
                 return False
-            # The client said all it had: the answer may still be coming.
+            # The client said all it had (or asked for something else): the answer may still be
+            # coming; the sandbox's port sees the end of the requests.
             with contextlib.suppress(OSError):
                 self.upstream.shutdown(socket.SHUT_WR)
-            await answers
+            await asyncio.wait_for(answers, self.proxy.drain_timeout)
             return True
         finally:
             for task in (requests, answers):
@@ -436,7 +447,8 @@ class _Link:
             await asyncio.gather(requests, answers, return_exceptions=True)
 
     async def _requests(self, pending: bytes) -> bool:
-        """Copy the client's requests; True at the client's end, False when cut off."""
+        """Copy the client's requests; True when they end (the client's end, or a request
+        that is not forwarded), False when the connection is to be cut."""
         loop = asyncio.get_running_loop()
         request = self.first
         while True:
@@ -462,11 +474,12 @@ class _Link:
             try:
                 following = parse_head(head, self.proxy.app_ports)
             except BadHead as exc:
-                log.info("inbound connection to %s cut: %s", self.first.sandbox_id, exc.message)
-                return False
+                log.info("inbound connection to %s ends: %s", self.first.sandbox_id, exc.message)
+                return True
             if following is None or not following.same_target(self.first):
-                # Another sandbox, port or the API on this connection: the client opens a new one.
-                return False
+                # Another sandbox, port or the API on this connection: it is not forwarded; the
+                # answers under way finish, then the connection closes (clients open a new one).
+                return True
             request = following
 
     async def _next_head(self, pending: bytes) -> tuple[bytes | None, bytes]:

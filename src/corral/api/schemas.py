@@ -104,12 +104,21 @@ class ProjectService(BaseModel):
     address: str
     ports: list[int]
     created_at: float
+    sandbox_id: str | None = Field(
+        default=None, description="a port of this sandbox; `address` is then virtual"
+    )
 
 
 class ProjectServiceCreate(BaseModel):
+    """Either ``target`` (an address the daemon reaches) or ``sandbox_id`` and ``port``."""
+
     model_config = ConfigDict(extra="forbid")
 
-    target: str = Field(max_length=64, description="IPV4:PORT", examples=["10.1.2.3:5432"])
+    target: str | None = Field(
+        default=None, max_length=64, description="IPV4:PORT", examples=["10.1.2.3:5432"]
+    )
+    sandbox_id: str | None = Field(default=None, max_length=64)
+    port: int | None = Field(default=None, ge=1, le=65535)
 
 
 class ProjectServiceList(BaseModel):
@@ -139,9 +148,25 @@ class Sandbox(BaseModel):
     auto_park_idle: int | None = None
     auto_wake: bool = False
     parent_id: str | None = None
+    owner: str | None = Field(
+        default=None, description="the name of the key that made it (in listings and gets)"
+    )
     image_mib: int = Field(default=0, description="disk taken by its parked memory image")
     pooled: bool = Field(default=False, description="waiting in its template's ready pool")
+    frozen: bool = Field(
+        default=False,
+        description="running, but frozen for idleness: it costs no CPU, and the next call thaws "
+        "it first (in answers about one sandbox; lists leave it false)",
+    )
     network: NetworkPolicy | None = None
+    # Filled in by GET /v1/sandboxes/{id} only (a list leaves them empty).
+    ports: list[Port] = Field(default_factory=list, description="its open inbound ports")
+    names: list[str] = Field(
+        default_factory=list, description="the project services' names it resolves"
+    )
+    serves_as: list[str] = Field(
+        default_factory=list, description="project services that are ports of this sandbox"
+    )
 
 
 class SandboxList(BaseModel):
@@ -465,6 +490,9 @@ class PortList(BaseModel):
     ports: list[Port]
 
 
+Sandbox.model_rebuild()  # it refers to Port, defined after it
+
+
 class SecretSet(BaseModel):
     """Store (or replace) a brokered secret. ``value`` is never returned or logged."""
 
@@ -527,3 +555,15 @@ class ConsoleLoginToken(BaseModel):
     path: str = Field(description="the console's login link, relative to the daemon's URL")
     expires_at: float = Field(description="Unix time")
     key_name: str = Field(description="the key (and so the role) the console will act as")
+
+
+class SandboxMetricsSample(BaseModel):
+    sandbox_id: str
+    timestamp: float = Field(description="Unix time of the sample")
+    cpu_count: float
+    cpu_used_pct: float = Field(description="percent of its cpu allowance since the last sample")
+    mem_used: int = Field(description="bytes")
+    mem_total: int = Field(description="bytes")
+    mem_cache: int = Field(description="bytes of file cache")
+    disk_used: int = Field(description="bytes")
+    disk_total: int = Field(description="bytes")

@@ -41,6 +41,7 @@ VERBS: dict[str, str] = {
     "policy": "corral.cli.policy:app",
     "audit": "corral.cli.audit:audit",
     "events": "corral.cli.audit:events",
+    "top": "corral.cli.top:top",
     "console": "corral.cli.workspace:console",
     "mcp": "corral.cli.serve:mcp",
     "files": "corral.cli.files:app",

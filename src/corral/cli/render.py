@@ -75,7 +75,7 @@ def print_sandboxes(sandboxes: Iterable[SandboxInfo]) -> None:
 def print_sandbox(sbx: SandboxInfo) -> None:
     lines = [
         ("id", sbx.id),
-        ("state", sbx.state),
+        ("state", sbx.state + (" (frozen while idle)" if sbx.frozen else "")),
         ("template", sbx.template),
         ("cpu", str(number(sbx.cpu))),
         ("memory", f"{sbx.memory_mib} MiB"),
@@ -103,6 +103,13 @@ def print_sandbox(sbx: SandboxInfo) -> None:
             lines.append(("allow", " ".join(sbx.network.allow)))
         if sbx.network.deny:
             lines.append(("deny", " ".join(sbx.network.deny)))
+    for port in sbx.ports:
+        access = "public" if port.public else "token (corral port ls --json)"
+        lines.append((f"port {port.port}", f"{port.url}  {access}"))
+    if sbx.names:
+        lines.append(("resolves", " ".join(sbx.names)))
+    if sbx.serves_as:
+        lines.append(("serves as", " ".join(sbx.serves_as)))
     if sbx.parent_id:
         lines.append(("parent", sbx.parent_id))
     if sbx.state == "parked":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from corral.cli._state import client, print_json
+from corral.sdk.models import ProjectServiceInfo
 
 __all__ = ["app"]
 
@@ -19,11 +20,25 @@ app = typer.Typer(
 def add(
     ctx: typer.Context,
     name: str = typer.Argument(..., metavar="NAME", help="The name sandboxes resolve."),
-    target: str = typer.Argument(..., metavar="HOST:PORT", help="IPv4 address and port."),
+    target: str | None = typer.Argument(None, metavar="[HOST:PORT]", help="IPv4 address, port."),
+    sandbox: str | None = typer.Option(
+        None, "--sandbox", metavar="ID", help="The service is a port of this sandbox."
+    ),
+    port: int | None = typer.Option(None, "--port", help="With --sandbox: its port."),
 ) -> None:
-    """Add (or replace) a service; running sandboxes get it at once."""
-    added = client(ctx).add_service(name, target)
-    typer.echo(f"{added.name} -> {added.address}:{','.join(map(str, added.ports))}")
+    """Add (or replace) a service, HOST:PORT or --sandbox ID --port N; running sandboxes get
+    it at once."""
+    if (target is None) == (sandbox is None) or (sandbox is None) != (port is None):
+        raise typer.BadParameter("give HOST:PORT, or --sandbox ID and --port N")
+    added = client(ctx).add_service(name, target, sandbox=sandbox, port=port)
+    typer.echo(_describe(added))
+
+
+def _describe(item: ProjectServiceInfo) -> str:
+    ports = ",".join(map(str, item.ports))
+    if item.sandbox_id:
+        return f"{item.name} -> sandbox {item.sandbox_id} port {ports} (at {item.address})"
+    return f"{item.name} -> {item.address}:{ports}"
 
 
 @app.command("ls")
@@ -37,7 +52,7 @@ def list_services(
         print_json([item.to_dict() for item in found])
         return
     for item in found:
-        typer.echo(f"{item.name}  {item.address}:{','.join(map(str, item.ports))}")
+        typer.echo(_describe(item))
 
 
 @app.command("rm")

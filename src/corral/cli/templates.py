@@ -41,6 +41,9 @@ def create_template(
         "registry:HOST/NAME:TAG.",
     ),
     run: list[str] = typer.Option([], "--run", help="Command to run (repeatable)."),
+    recipes: list[str] = typer.Option(
+        [], "--with", metavar="RECIPE", help="Add a recipe's steps: dev (git, node, claude, codex)."
+    ),
     env: list[str] = typer.Option([], "--env", help="K=V baked into the template (repeatable)."),
     workdir: str | None = typer.Option(None, "--workdir", help="Default working directory."),
     user: str | None = typer.Option(None, "--user", help="Default user."),
@@ -82,10 +85,11 @@ def create_template(
 ) -> None:
     """Build a template, showing the build's progress and output as it goes.
 
-    Steps run in this order: --copy, --env, --workdir, --run (in the order given, as root),
-    then --user (the default user of the template's sandboxes). A --dockerfile's steps come
-    first, in its own order. Local paths (the Dockerfile's dir, --copy sources, --from
-    docker-archive:PATH / oci:PATH) are packed and uploaded: the daemon reads none of its own."""
+    Steps run in this order: --copy, --env, --workdir, --with (each recipe's RUN steps),
+    --run (in the order given, as root), then --user (the default user of the template's
+    sandboxes). A --dockerfile's steps come first, in its own order. Local paths (the
+    Dockerfile's dir, --copy sources, --from docker-archive:PATH / oci:PATH) are packed and
+    uploaded: the daemon reads none of its own."""
     from corral.sdk.templates import Template
 
     spec = Template()
@@ -107,6 +111,11 @@ def create_template(
         spec.set_envs(envs)
     if workdir is not None:
         spec.set_workdir(workdir)
+    for recipe in recipes:
+        try:
+            spec.with_recipe(recipe)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--with") from None
     for command in run:
         spec.run_cmd(command)
     if user is not None:  # last: RUN steps run as root, sandboxes as the user

@@ -1,11 +1,16 @@
 """envd's Filesystem service (Connect RPC) over corral's FileService and the agent.
 
-Stat, ListDir, MakeDir, Move and Remove are the agent's file calls; directory watching is not
-served yet (UNIMPLEMENTED). Remove is recursive, as envd's is.
+Stat, ListDir, MakeDir, Move and Remove are the agent's file calls. Remove is recursive, as
+envd's is. Directory watches are the agent's (inotify): ``WatchDir`` streams a watch's events
+(long-polling the agent, a keepalive after each quiet interval) and removes the watch when the
+stream ends; ``CreateWatcher`` / ``GetWatcherEvents`` / ``RemoveWatcher`` are the polling form,
+a watcher id being the agent's watch id. Entry details in events (``include_entry``) are not
+sent: corral reports an envd version before them, so the SDK does not ask.
 """
 
 from __future__ import annotations
 
+import contextlib
 import stat
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,16 +18,25 @@ from typing import Any
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
+from protobuf import Oneof
 from protobuf.wkt import Timestamp
 
 from corral.e2b.context import sandbox_of
 from corral.e2b.envd.filesystem import filesystem_pb as pb
 from corral.e2b.envd.filesystem.filesystem_connect import Filesystem
 from corral.e2b.errors import connect_error_of
+from corral.e2b.process import keepalive_interval
 from corral.service.errors import CorralError
 from corral.service.workspace import Workspace
 
-WATCH_NOT_YET = "corral does not watch directories yet"
+EVENT_TYPES = {
+    "create": pb.EventType.CREATE,
+    "write": pb.EventType.WRITE,
+    "remove": pb.EventType.REMOVE,
+    "rename": pb.EventType.RENAME,
+    "chmod": pb.EventType.CHMOD,
+}
+DEFAULT_POLL = 30.0
 FILE_TYPES = {
     "file": pb.FileType.FILE,
     "dir": pb.FileType.DIRECTORY,
@@ -91,22 +105,65 @@ class FilesystemHandler(Filesystem):
         await self._call(ctx, "remove files in", "remove", request.path, True)
         return pb.RemoveResponse()
 
-    def watch_dir(
+    def _watcher_id(self, raw: str) -> int:
+        if not raw.isdigit() or len(raw) > 9:
+            raise ConnectError(Code.NOT_FOUND, f"no watcher {raw!r}")
+        return int(raw)
+
+    async def watch_dir(
         self, request: pb.WatchDirRequest, ctx: RequestContext
     ) -> AsyncIterator[pb.WatchDirResponse]:
-        raise ConnectError(Code.UNIMPLEMENTED, WATCH_NOT_YET)
+        watch_id = await self._call(
+            ctx, "watch directories in", "create_watch", request.path, request.recursive
+        )
+        interval = keepalive_interval(ctx.request_headers) or DEFAULT_POLL
+        try:
+            yield _watch_response("start", pb.WatchDirResponse.StartEvent())
+            while True:
+                batch = await self._call(
+                    ctx, "watch directories in", "watch_events", watch_id, interval
+                )
+                for event in to_events(batch["events"]):
+                    yield _watch_response("filesystem", event)
+                if batch.get("closed"):
+                    return
+                if not batch["events"]:
+                    yield _watch_response("keepalive", pb.WatchDirResponse.KeepAlive())
+        finally:
+            with contextlib.suppress(ConnectError):
+                await self._call(ctx, "stop watching in", "remove_watch", watch_id)
 
     async def create_watcher(
         self, request: pb.CreateWatcherRequest, ctx: RequestContext
     ) -> pb.CreateWatcherResponse:
-        raise ConnectError(Code.UNIMPLEMENTED, WATCH_NOT_YET)
+        watch_id = await self._call(
+            ctx, "watch directories in", "create_watch", request.path, request.recursive
+        )
+        return pb.CreateWatcherResponse(watcher_id=str(watch_id))
 
     async def get_watcher_events(
         self, request: pb.GetWatcherEventsRequest, ctx: RequestContext
     ) -> pb.GetWatcherEventsResponse:
-        raise ConnectError(Code.UNIMPLEMENTED, WATCH_NOT_YET)
+        watch_id = self._watcher_id(request.watcher_id)
+        batch = await self._call(ctx, "read the watcher of", "watch_events", watch_id, 0.0)
+        return pb.GetWatcherEventsResponse(events=to_events(batch["events"]))
 
     async def remove_watcher(
         self, request: pb.RemoveWatcherRequest, ctx: RequestContext
     ) -> pb.RemoveWatcherResponse:
-        raise ConnectError(Code.UNIMPLEMENTED, WATCH_NOT_YET)
+        watch_id = self._watcher_id(request.watcher_id)
+        await self._call(ctx, "stop watching in", "remove_watch", watch_id)
+        return pb.RemoveWatcherResponse()
+
+
+def to_events(events: list[dict[str, Any]]) -> list[pb.FilesystemEvent]:
+    return [
+        pb.FilesystemEvent(name=str(e.get("name", "")), type=EVENT_TYPES[e["type"]])
+        for e in events
+        if e.get("type") in EVENT_TYPES
+    ]
+
+
+def _watch_response(kind: str, value: Any) -> pb.WatchDirResponse:
+    chosen: Any = Oneof(kind, value)
+    return pb.WatchDirResponse(event=chosen)

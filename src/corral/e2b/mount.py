@@ -4,7 +4,8 @@ The E2B SDK sends every envd request to ``E2B_SANDBOX_URL`` (here: the daemon's 
 ``E2b-Sandbox-Id`` / ``E2b-Sandbox-Port`` headers, or, behind a wildcard DNS name, to
 ``{port}-{id}.{domain}``. The dispatcher (ASGI middleware) picks such requests out before
 corral's routes see them, checks the sandbox's access token (``X-Access-Token``), records what it
-checked in internal headers, and hands them to envd's Connect services or its HTTP routes.
+checked in internal headers, and hands them to envd's Connect services or its HTTP routes;
+requests for the sandbox's other ports go to ``ports`` (with the envd or the traffic token).
 Everything else goes on to the app (where ``rest`` serves the E2B control API).
 """
 
@@ -24,6 +25,7 @@ from corral.e2b.envd.filesystem.filesystem_connect import FilesystemASGIApplicat
 from corral.e2b.envd.process.process_connect import ProcessASGIApplication
 from corral.e2b.files import envd_http_app
 from corral.e2b.filesystem import FilesystemHandler
+from corral.e2b.ports import PortForwarder
 from corral.e2b.process import ProcessHandler
 from corral.e2b.tokens import AccessTokens, load_secret
 
@@ -60,11 +62,19 @@ def addressed_sandbox(headers: dict[bytes, bytes]) -> tuple[str, int] | None:
 class EnvdDispatch:
     """ASGI middleware: envd requests to envd, everything else to ``app``."""
 
-    def __init__(self, app: ASGIApp, process: ASGIApp, filesystem: ASGIApp, http: ASGIApp) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        process: ASGIApp,
+        filesystem: ASGIApp,
+        http: ASGIApp,
+        ports: PortForwarder,
+    ) -> None:
         self.app = app
         self.process = process
         self.filesystem = filesystem
         self.http = http
+        self.ports = ports
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,17 +88,12 @@ class EnvdDispatch:
             await self.app(scope, receive, send)
             return
         sandbox_id, port = target if target is not None else ("", ENVD_PORT)
-        if port != ENVD_PORT:
-            await _answer(
-                send,
-                502,
-                f"corral does not forward port {port} of sandbox {sandbox_id} yet: the port "
-                "is not open to E2B clients",
-            )
-            return
         tokens: AccessTokens = scope["app"].state.e2b_tokens
         presented = headers.get(b"x-access-token", b"").decode("latin-1")
         token_ok = bool(sandbox_id) and tokens.check(sandbox_id, presented)
+        if port != ENVD_PORT:
+            await self._to_port(scope, receive, send, sandbox_id, port, token_ok, tokens)
+            return
         if not token_ok and path not in ("/files", "/health"):
             await _answer(send, 401, f"wrong or missing X-Access-Token for sandbox {sandbox_id}")
             return
@@ -105,6 +110,31 @@ class EnvdDispatch:
         else:
             await _answer(send, 404, f"envd of corral has no route {path}")
 
+    async def _to_port(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        sandbox_id: str,
+        port: int,
+        token_ok: bool,
+        tokens: AccessTokens,
+    ) -> None:
+        """Another port of the sandbox: with its envd or traffic token, to ``ports``."""
+        if not 0 < port < 65536:
+            await _answer(send, 400, "E2b-Sandbox-Port must be a port number (1 to 65535)")
+            return
+        traffic = dict(scope["headers"]).get(b"e2b-traffic-access-token", b"").decode("latin-1")
+        if not (token_ok or tokens.check_traffic(sandbox_id, traffic)):
+            await _answer(
+                send,
+                401,
+                f"port {port} of sandbox {sandbox_id} needs its E2B-Traffic-Access-Token "
+                "or X-Access-Token",
+            )
+            return
+        await self.ports(sandbox_id, port, scope, receive, send)
+
 
 def install(app: FastAPI) -> None:
     """Serve the E2B control API and envd from ``app`` (its ``state.workspace`` set)."""
@@ -120,4 +150,12 @@ def install(app: FastAPI) -> None:
     filesystem: ConnectASGIApplication[Any] = FilesystemASGIApplication(
         FilesystemHandler(ws), read_max_bytes=MAX_READ_BYTES
     )
-    app.add_middleware(EnvdDispatch, process=process, filesystem=filesystem, http=envd_http_app())
+    ports = PortForwarder(ws)
+    ws.on_stop.append(ports.aclose)
+    app.add_middleware(
+        EnvdDispatch,
+        process=process,
+        filesystem=filesystem,
+        http=envd_http_app(),
+        ports=ports,
+    )

@@ -14,8 +14,11 @@ differ in two ways this module bridges:
 
 Entries are CIDRs, IPv4 addresses or host names (``*.name`` too), which corral's rule parser
 takes as they are. ``dns_servers`` opens port 53 of each server. Options corral has no mechanism
-for (per-host transform ``rules``, an ``egress_proxy``, ``mask_request_host``, ``https_ports``,
-public sandbox URLs) are refused with 400 naming them.
+for (per-host transform ``rules``, an ``egress_proxy``, ``mask_request_host``, ``https_ports``)
+are refused with 400 naming them. ``allow_public_traffic`` (which SDKs before 2.56 send as
+``true`` whenever ``network`` is given) is accepted and changes nothing: a port reached through
+the E2B front always takes the sandbox's traffic or envd token; public ports are corral's own
+(``corral port open --public``).
 """
 
 from __future__ import annotations
@@ -110,11 +113,6 @@ def refuse_unsupported(options: dict[str, Any]) -> None:
         refused.append("network.mask_request_host")
     if options.get("https_ports"):
         refused.append("network.https_ports")
-    if options.get("allow_public_traffic") is True:
-        refused.append(
-            "network.allow_public_traffic=true (E2B clients reach sandbox ports through corral "
-            "with the sandbox's traffic access token)"
-        )
     if refused:
         raise InvalidRequest("corral cannot honour " + "; ".join(refused))
 

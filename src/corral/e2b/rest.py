@@ -118,10 +118,16 @@ def find(ws: Workspace, sandbox_id: str) -> SandboxRecord:
 
 
 def domain_of(request: Request) -> str:
-    """The domain sandboxes live under (``{port}-{id}.{domain}``): the configured one, else
-    the host (and port) the client reached the daemon by."""
-    configured: str | None = workspace_of(request).settings.e2b_domain
-    return configured or request.headers.get("host") or request.url.netloc
+    """The domain sandboxes live under (``{port}-{id}.{domain}``, the SDK's ``get_host``): the
+    daemon's domain of host-name routes to ports with the port users reach it at
+    (``CORRAL_PORTS_DOMAIN``, ``localhost`` on loopback), else the host the client used."""
+    settings = workspace_of(request).settings
+    domain: str | None = settings.inbound_domain
+    if domain is None:
+        return request.headers.get("host") or request.url.netloc
+    authority = settings.base_url.partition("://")[2].split("/", 1)[0]
+    _, colon, port = authority.rpartition(":")
+    return f"{domain}:{port}" if colon and port.isdigit() else domain
 
 
 def created_body(record: SandboxRecord, request: Request) -> dict[str, Any]:

@@ -262,6 +262,18 @@ def register_tools(server: MCPServer[Any], pool_of: PoolOf) -> None:
             return {"sandbox_id": sandbox.id, **change.to_dict()}
 
     @server.tool()
+    async def open_port(
+        port: int, ctx: Context, sandbox_id: str | None = None, public: bool = False
+    ) -> dict[str, Any]:
+        """Open a sandbox's port (a server listening on 0.0.0.0:PORT in it) to clients outside:
+        returns the `url` that reaches it and, unless `public`, the `token` to send as the
+        X-Corral-Token header (or the corral_token query parameter)."""
+        async with tool_errors():
+            sandbox = await (await pool_of(ctx)).get(sandbox_id)
+            opened = await sandbox.ports.open(port, public=public)
+            return opened.to_dict()
+
+    @server.tool()
     async def read_file_base64(
         path: str, ctx: Context, sandbox_id: str | None = None
     ) -> dict[str, Any]:

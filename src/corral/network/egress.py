@@ -37,7 +37,13 @@ from pyroute2.netlink.exceptions import NetlinkError
 from corral.network import firewall
 from corral.network.base import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure
 from corral.network.namespaces import describe, open_ipr, run_in_netns, step, write_sysctl
-from corral.network.policy import ALWAYS_BLOCKED, EgressPolicy, EgressRule, ProjectService
+from corral.network.policy import (
+    ALWAYS_BLOCKED,
+    SANDBOX_SERVICE_NET,
+    EgressPolicy,
+    EgressRule,
+    ProjectService,
+)
 
 __all__ = [
     "ACCEPT_MARK",
@@ -50,6 +56,8 @@ __all__ = [
     "apply_slot_egress",
     "enable_host_forwarding",
     "host_ipv4_addresses",
+    "is_service_address",
+    "reaches_service",
     "remove_slot_egress",
     "uplink_interfaces",
 ]
@@ -118,10 +126,13 @@ class SlotEgress:
             f"ip daddr {INNER_GATEWAY} meta l4proto {{ tcp, udp }} th dport {DNS_PORT} {accept}",
             f"ip daddr {INNER_GATEWAY} return",
         ]
+        # A sandbox service's address (a port of another sandbox) is not routed: the proxy
+        # takes those connections and forwards them (proxy.py).
+        to_proxy = f"meta mark set {PROXY_MARK:#010x} return"
         lines += [f"{match} return" for rule in policy.deny for match in _matches(rule, ctx)]
-        lines += [f"{match} {accept}" for rule in policy.allow for match in _matches(rule, ctx)]
+        lines += [line for rule in policy.allow for line in _allowing(rule, ctx, accept, to_proxy)]
         if policy.mode.project:
-            lines += [f"{match} {accept}" for match in _matches(EgressRule("project"), ctx)]
+            lines += _allowing(EgressRule("project"), ctx, accept, to_proxy)
         lines.append(f"ip daddr {{ {', '.join(ctx.blocked())} }} return")
         proxied = _proxied_ports(policy, self.intercept)
         if proxied:
@@ -173,38 +184,70 @@ def allows_forward(
 ) -> bool:
     """Whether ``sbx_classify`` forwards a flow to ``address`` (``port``/``protocol`` None for
     anything but TCP and UDP) -- its mirror in Python, used to find the established flows a new
-    policy forbids. Flows the proxy takes (host-name rules, TCP 80/443) count as not forwarded."""
-    ip = ipaddress.IPv4Address(address)
+    policy forbids. Flows the proxy takes (host-name rules, TCP 80/443, sandbox services) count
+    as not forwarded."""
 
     def matches(rule: EgressRule) -> bool:
-        if rule.kind == "project":
-            return any(
-                (proto, addr, target) == (protocol, address, port)
-                for proto, addr, target in rule.project_targets(ctx.services)
-            )
-        if rule.kind != "cidr" or rule.network is None or ip not in rule.network:
-            return False
-        if rule.protocol is not None and rule.protocol != protocol:
-            return False
-        if rule.ports is None:
-            return True
-        return (
-            protocol in ("tcp", "udp")
-            and port is not None
-            and (rule.ports[0] <= port <= rule.ports[1])
-        )
+        return _rule_matches(rule, ctx, address, port, protocol)
 
     if any(matches(rule) for rule in policy.deny):
         return False
-    if any(matches(rule) for rule in policy.allow):
-        return True
+    for rule in policy.allow:
+        if matches(rule):
+            return not (rule.kind == "project" and is_service_address(address))
     if policy.mode.project and matches(EgressRule("project")):
-        return True
+        return not is_service_address(address)
     if ctx.is_blocked(address):
         return False
     if protocol == "tcp" and port in _proxied_ports(policy, intercept):
         return False
     return policy.mode.internet
+
+
+def reaches_service(policy: EgressPolicy, ctx: EgressContext, address: str, port: int) -> bool:
+    """Whether ``sbx_classify`` sends a TCP connection to a sandbox service (``address`` in
+    ``SANDBOX_SERVICE_NET``) to the proxy: not denied, and a project rule or the mode covers it
+    before any address rule forwards it."""
+    if any(_rule_matches(rule, ctx, address, port, "tcp") for rule in policy.deny):
+        return False
+    for rule in policy.allow:
+        if _rule_matches(rule, ctx, address, port, "tcp"):
+            return rule.kind == "project"
+    return policy.mode.project and _rule_matches(EgressRule("project"), ctx, address, port, "tcp")
+
+
+def is_service_address(address: str) -> bool:
+    return ipaddress.IPv4Address(address) in SANDBOX_SERVICE_NET
+
+
+def _rule_matches(
+    rule: EgressRule, ctx: EgressContext, address: str, port: int | None, protocol: str | None
+) -> bool:
+    if rule.kind == "project":
+        return any(
+            (proto, addr, target) == (protocol, address, port)
+            for proto, addr, target in rule.project_targets(ctx.services)
+        )
+    ip = ipaddress.IPv4Address(address)
+    if rule.kind != "cidr" or rule.network is None or ip not in rule.network:
+        return False
+    if rule.protocol is not None and rule.protocol != protocol:
+        return False
+    if rule.ports is None:
+        return True
+    in_range = port is not None and rule.ports[0] <= port <= rule.ports[1]
+    return protocol in ("tcp", "udp") and in_range
+
+
+def _allowing(rule: EgressRule, ctx: EgressContext, accept: str, to_proxy: str) -> list[str]:
+    """The classify lines of one allow rule: forwarded, or to the proxy for sandbox services."""
+    if rule.kind != "project":
+        return [f"{match} {accept}" for match in _matches(rule, ctx)]
+    return [
+        f"ip daddr {address} meta l4proto {protocol} th dport {port} "
+        + (to_proxy if is_service_address(address) else accept)
+        for protocol, address, port in rule.project_targets(ctx.services)
+    ]
 
 
 def _matches(rule: EgressRule, ctx: EgressContext) -> list[str]:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 __all__ = [
     "ALWAYS_BLOCKED",
+    "SANDBOX_SERVICE_NET",
     "EgressPolicy",
     "EgressRule",
     "NetworkMode",
@@ -89,6 +90,11 @@ class NetworkMode(StrEnum):
         except ValueError:
             names = ", ".join(mode.value for mode in cls)
             raise PolicyError(f"unknown network mode {text!r}: use one of {names}") from None
+
+
+# Where a sandbox service (a port of another sandbox, service.project_services) gets a virtual
+# address: its name resolves there; nothing routes it, the egress proxy forwards its connections.
+SANDBOX_SERVICE_NET = ipaddress.IPv4Network("169.254.100.0/23")
 
 
 @dataclass(frozen=True)

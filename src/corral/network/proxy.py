@@ -42,10 +42,11 @@ from typing import Protocol
 from corral.network import sniff, splice
 from corral.network.base import INNER_GATEWAY, NetworkFailure
 from corral.network.broker.intercept import Broker
+from corral.network.egress import is_service_address, reaches_service
 from corral.network.namespaces import run_in_netns
 from corral.network.sandbox_egress import SandboxEgress
 
-__all__ = ["EgressHook", "EgressProxy", "Flow", "Verdict", "decide"]
+__all__ = ["EgressHook", "EgressProxy", "Flow", "ServiceRouter", "Verdict", "decide"]
 
 log = logging.getLogger(__name__)
 _SO_ORIGINAL_DST = 80
@@ -74,6 +75,14 @@ class EgressHook(Protocol):
         ...
 
 
+class ServiceRouter(Protocol):
+    async def __call__(self, sandbox_id: str, address: str, port: int) -> tuple[str, int]:
+        """Where a connection of ``sandbox_id`` to a sandbox service's virtual ``address`` and
+        ``port`` goes (the target sandbox's slot address and port, woken if need be); raises
+        LookupError when there is no such service or it cannot be reached now."""
+        ...
+
+
 class PassThrough:
     async def on_connect(self, flow: Flow, head: bytes) -> bytes:
         return head
@@ -82,6 +91,10 @@ class PassThrough:
 def decide(sandbox: SandboxEgress, name: str | None, address: str, port: int) -> Verdict:
     """Whether a proxied connection may go through (see the module docstring)."""
     policy, context = sandbox.policy, sandbox.context
+    if is_service_address(address):
+        if reaches_service(policy, context, address, port):
+            return Verdict(True, f"the project's service at {address}:{port}")
+        return Verdict(False, f"the project's service at {address}:{port} is not allowed")
     blocked = context.is_blocked(address)
     if name is not None and policy.name_denied(name):
         return Verdict(False, f"{name} is denied")
@@ -186,6 +199,8 @@ class EgressProxy:
     ) -> None:
         self.hook: EgressHook = hook or PassThrough()
         self.broker = broker
+        # Forwards connections to sandbox services (set by the service layer).
+        self.service_router: ServiceRouter | None = None
         self._head_timeout = head_timeout
         self._connect_timeout = connect_timeout
         self._idle_timeout = idle_timeout
@@ -264,6 +279,9 @@ class EgressProxy:
         finished = False
         try:
             address, port = _original_destination(client)
+            if is_service_address(address):
+                finished = await self._forward_service(sandbox, conn, address, port)
+                return
             head = await asyncio.wait_for(self._read_head(client), self._head_timeout)
             tls = sniff.is_tls(head)
             name = sniff.tls_server_name(head) if tls else sniff.http_host(head)
@@ -311,6 +329,31 @@ class EgressProxy:
             close(client)
             if conn.upstream is not None:
                 close(conn.upstream)
+
+    async def _forward_service(
+        self, sandbox: SandboxEgress, conn: _Connection, address: str, port: int
+    ) -> bool:
+        """A connection to a sandbox service: any TCP protocol, spliced as bytes to the target
+        sandbox's port, connected from the daemon's namespace (the only one that reaches the
+        slots)."""
+        verdict = decide(sandbox, None, address, port)
+        if not verdict.allowed or self.service_router is None:
+            why = verdict.reason if self.service_router else "no service router"
+            log.info("sandbox %s: refused %s:%d: %s", sandbox.sandbox_id, address, port, why)
+            return False
+        conn.flow = Flow(sandbox.sandbox_id, None, address, port, False)
+        try:
+            target = await self.service_router(sandbox.sandbox_id, address, port)
+        except LookupError as exc:
+            log.info("sandbox %s: service %s:%d: %s", sandbox.sandbox_id, address, port, exc)
+            return False
+        loop = asyncio.get_running_loop()
+        conn.upstream = _client_socket()
+        await asyncio.wait_for(loop.sock_connect(conn.upstream, target), self._connect_timeout)
+        await asyncio.gather(
+            self._pipe(conn.client, conn.upstream), self._pipe(conn.upstream, conn.client)
+        )
+        return True
 
     async def _read_head(self, client: socket.socket) -> bytes:
         loop = asyncio.get_running_loop()

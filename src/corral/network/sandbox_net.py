@@ -28,7 +28,7 @@ from corral.network.base import INNER_GATEWAY, Slot
 from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress
 from corral.network.policy import EgressPolicy, ProjectService
-from corral.network.proxy import EgressProxy
+from corral.network.proxy import EgressProxy, ServiceRouter
 from corral.network.resolver import SandboxResolver
 from corral.network.sandbox_egress import SandboxEgress
 
@@ -73,6 +73,8 @@ class EgressControl(Protocol):
 
     def set_broker(self, broker: Broker) -> None: ...
 
+    def set_service_router(self, router: ServiceRouter) -> None: ...
+
     async def close(self) -> None: ...
 
 
@@ -109,6 +111,10 @@ class SlotEgressControl:
         """The credential broker, for sandboxes attached from now on."""
         self._broker = broker
         self._proxy.broker = broker
+
+    def set_service_router(self, router: ServiceRouter) -> None:
+        """Where connections to sandbox services go (the service layer resolves them)."""
+        self._proxy.service_router = router
 
     def _intercepts(self, sandbox_id: str) -> bool:
         broker = self._broker
@@ -214,9 +220,13 @@ class FakeEgress:
     saved: dict[str, Names] = field(default_factory=dict)
     services: tuple[ProjectService, ...] = ()
     broker: Broker | None = None
+    service_router: ServiceRouter | None = None
 
     def set_broker(self, broker: Broker) -> None:
         self.broker = broker
+
+    def set_service_router(self, router: ServiceRouter) -> None:
+        self.service_router = router
 
     async def attach(
         self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None

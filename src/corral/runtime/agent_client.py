@@ -24,9 +24,10 @@ escapes and in query strings as percent-encoded raw bytes, as the protocol says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from typing import Any
 from urllib.parse import quote_from_bytes
 
@@ -89,6 +90,9 @@ class AgentClient:
     Not bound to a task: any coroutine of the daemon's event loop may use it concurrently (httpx
     pools connections; each stream holds one connection while it is iterated). Close it with
     ``aclose()`` (or ``async with``) when the sandbox goes away or is restored elsewhere.
+
+    ``in_flight`` counts the requests open on it (a stream counts until it is closed): the
+    service freezes an idle sandbox only when nothing is talking to its agent.
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class AgentClient:
                 max_connections=None, max_keepalive_connections=16, keepalive_expiry=30.0
             ),
         )
+        self.in_flight = 0
 
     async def __aenter__(self) -> AgentClient:
         return self
@@ -123,6 +128,15 @@ class AgentClient:
         self._http.headers["Authorization"] = f"Bearer {key}"
 
     # -- plumbing ----------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _open(self, method: str, url: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+        """``httpx``'s ``stream``, counted in ``in_flight`` while it is open."""
+        self.in_flight += 1
+        try:
+            async with self._http.stream(method, url, **kwargs) as response:
+                yield response
+        finally:
+            self.in_flight -= 1
 
     @staticmethod
     def _too_large(doing: str, what: str) -> AgentError:
@@ -177,7 +191,7 @@ class AgentClient:
         **kwargs: Any,
     ) -> httpx.Response:
         try:
-            async with self._http.stream(
+            async with self._open(
                 method, url, timeout=timeout or _UNARY_TIMEOUT, **kwargs
             ) as streamed:
                 response = await self._read_capped(streamed, doing)
@@ -191,7 +205,7 @@ class AgentClient:
         self, method: str, url: str, doing: str, **kwargs: Any
     ) -> AsyncGenerator[dict[str, Any], None]:
         try:
-            async with self._http.stream(method, url, timeout=_FOLLOW_TIMEOUT, **kwargs) as resp:
+            async with self._open(method, url, timeout=_FOLLOW_TIMEOUT, **kwargs) as resp:
                 if resp.status_code >= 400:
                     raise self._error(doing, await self._read_capped(resp, doing))
                 pending = b""
@@ -228,7 +242,7 @@ class AgentClient:
                     f" (last error: {last})"
                 )
             try:
-                async with self._http.stream(
+                async with self._open(
                     "GET", "/health", timeout=httpx.Timeout(min(remaining, 1.0))
                 ) as streamed:
                     response = await self._read_capped(streamed, "checking health")
@@ -333,7 +347,7 @@ class AgentClient:
         doing = f"reading {path!r}"
         url = f"/files/content?{_query(path=path)}"
         try:
-            async with self._http.stream("GET", url, timeout=_TRANSFER_TIMEOUT) as response:
+            async with self._open("GET", url, timeout=_TRANSFER_TIMEOUT) as response:
                 if response.status_code >= 400:
                     raise self._error(doing, await self._read_capped(response, doing))
                 empty = True
@@ -378,6 +392,26 @@ class AgentClient:
         response = await self._call("GET", url, f"listing {path!r}")
         entries: list[dict[str, Any]] = response.json()["entries"]
         return entries
+
+    async def create_watch(self, path: str, recursive: bool) -> int:
+        """Watch directory ``path`` (and, ``recursive``, all below it); the watch's id."""
+        body = _json_body({"path": path, "recursive": recursive})
+        response = await self._call("POST", "/watches", f"watching {path!r}", **body)
+        watch_id: int = response.json()["id"]
+        return watch_id
+
+    async def watch_events(self, watch_id: int, wait: float = 0.0) -> dict[str, Any]:
+        """``{"events": [...], "dropped": n, "closed": bool}`` of a watch since the last call,
+        waiting up to ``wait`` seconds (at most 60) for the first event."""
+        wait = min(max(wait, 0.0), 60.0)
+        url = f"/watches/{int(watch_id)}/events?{_query(wait_ms=int(wait * 1000))}"
+        timeout = httpx.Timeout(wait + 30.0, connect=5.0)
+        response = await self._call("GET", url, f"reading watch {watch_id}", timeout=timeout)
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def remove_watch(self, watch_id: int) -> None:
+        await self._call("DELETE", f"/watches/{int(watch_id)}", f"removing watch {watch_id}")
 
     async def mkdir(self, path: str, parents: bool = True) -> bool:
         """Create a directory; False if it already existed."""

@@ -268,10 +268,21 @@ class AsyncClient:
         answer = await self.session.json("GET", "/v1/services")
         return [ProjectServiceInfo.from_wire(item) for item in answer.get("services", [])]
 
-    async def add_service(self, name: str, target: str) -> ProjectServiceInfo:
-        """Add (or replace) service `name` at `target` (`IPV4:PORT`)."""
+    async def add_service(
+        self,
+        name: str,
+        target: str | None = None,
+        *,
+        sandbox: str | None = None,
+        port: int | None = None,
+    ) -> ProjectServiceInfo:
+        """Add (or replace) service `name` at `target` (`IPV4:PORT`), or, with `sandbox` and
+        `port`, as that port of that sandbox (other sandboxes then reach `name:port`)."""
+        body: dict[str, Any] = {"target": target}
+        if sandbox is not None or port is not None:
+            body = {"sandbox_id": sandbox, "port": port}
         answer = await self.session.json(
-            "PUT", f"/v1/services/{quote(name, safe='')}", json_body={"target": target}
+            "PUT", f"/v1/services/{quote(name, safe='')}", json_body=body
         )
         return ProjectServiceInfo.from_wire(answer)
 

@@ -24,6 +24,7 @@ __all__ = [
     "ProjectServiceInfo",
     "ResourceUsage",
     "SandboxInfo",
+    "SandboxMetrics",
     "SecretAuditEntry",
     "SecretInfo",
     "SnapshotInfo",
@@ -162,6 +163,13 @@ class SandboxInfo(_Wire):
     parent_id: str | None = None
     image_mib: int = 0
     network: NetworkPolicy | None = None
+    # From `info()` only: running but frozen for idleness (the next call thaws it first).
+    frozen: bool = False
+    # From `info()` (GET of one sandbox) only: its open ports, the project services' names it
+    # resolves, and the project services that are ports of it.
+    ports: list[PortInfo] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    serves_as: list[str] = field(default_factory=list)
     brokered_secrets: list[str] = field(default_factory=list)
 
     @classmethod
@@ -184,7 +192,11 @@ class SandboxInfo(_Wire):
             auto_wake=bool(data.get("auto_wake", False)),
             parent_id=data.get("parent_id"),
             image_mib=int(data.get("image_mib") or 0),
+            frozen=bool(data.get("frozen", False)),
             network=NetworkPolicy.from_wire(data["network"]) if data.get("network") else None,
+            ports=[PortInfo.from_wire(item) for item in data.get("ports") or []],
+            names=[str(name) for name in data.get("names") or []],
+            serves_as=[str(name) for name in data.get("serves_as") or []],
             brokered_secrets=[str(name) for name in data.get("brokered_secrets") or []],
         )
 
@@ -443,12 +455,13 @@ class ImportResult(_Wire):
 @dataclass(frozen=True, slots=True)
 class ProjectServiceInfo(_Wire):
     """A project service: sandboxes in a project mode resolve `name` and reach `address`
-    on `ports` (`corral service add`)."""
+    on `ports` (`corral service add`); with `sandbox_id`, a port of that sandbox."""
 
     name: str
     address: str
     ports: list[int] = field(default_factory=list)
     created_at: float = 0.0
+    sandbox_id: str | None = None  # a port of this sandbox (`address` is then virtual)
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> ProjectServiceInfo:
@@ -457,6 +470,7 @@ class ProjectServiceInfo(_Wire):
             address=str(data["address"]),
             ports=[int(p) for p in data.get("ports") or []],
             created_at=float(data.get("created_at", 0.0)),
+            sandbox_id=data.get("sandbox_id"),
         )
 
 
@@ -531,3 +545,39 @@ class SecretAuditEntry(_Wire):
             method=str(data["method"]),
             path=str(data["path"]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxMetrics(_Wire):
+    """One sample of a running sandbox's use (`sbx.metrics()`, `corral top`): cpu in percent of
+    its vCPUs since the previous sample, memory and disk in MiB."""
+
+    sandbox_id: str
+    at: float
+    cpu_count: float
+    cpu_used_pct: float
+    memory_used_mib: float
+    memory_cache_mib: float
+    memory_total_mib: int
+    disk_used_mib: float
+    disk_total_mib: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> SandboxMetrics:
+        def mib(name: str) -> float:
+            return round(float(data.get(name, 0)) / _MIB, 2)
+
+        return cls(
+            sandbox_id=str(data["sandbox_id"]),
+            at=float(data.get("timestamp", 0.0)),
+            cpu_count=float(data.get("cpu_count", 0.0)),
+            cpu_used_pct=float(data.get("cpu_used_pct", 0.0)),
+            memory_used_mib=mib("mem_used"),
+            memory_cache_mib=mib("mem_cache"),
+            memory_total_mib=int(mib("mem_total")),
+            disk_used_mib=mib("disk_used"),
+            disk_total_mib=int(mib("disk_total")),
+        )
+
+
+_MIB = 1024 * 1024

@@ -26,6 +26,7 @@ from corral.sdk.models import (
     ExecResult,
     ProcessInfo,
     SandboxInfo,
+    SandboxMetrics,
     SandboxOptions,
     SnapshotInfo,
 )
@@ -193,6 +194,10 @@ class AsyncSandbox:
     async def info(self) -> SandboxInfo:
         self._info = SandboxInfo.from_wire(await self.session.json("GET", self.path))
         return self._info
+
+    async def metrics(self) -> SandboxMetrics:
+        """Its cpu, memory and disk use now (a running sandbox; else `Conflict`)."""
+        return SandboxMetrics.from_wire(await self.session.json("GET", f"{self.path}/metrics"))
 
     async def kill(self) -> None:
         """Kill the sandbox; a sandbox that is already gone is not an error."""

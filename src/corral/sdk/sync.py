@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         ProcessInfo,
         ProjectServiceInfo,
         SandboxInfo,
+        SandboxMetrics,
         SandboxOptions,
         SecretAuditEntry,
         SecretInfo,
@@ -391,6 +392,10 @@ class Sandbox:
     def info(self) -> SandboxInfo:
         return portal().call(self._async.info())
 
+    def metrics(self) -> SandboxMetrics:
+        """Its cpu, memory and disk use now (a running sandbox; else `Conflict`)."""
+        return portal().call(self._async.metrics())
+
     def kill(self) -> None:
         """Kill the sandbox; a sandbox that is already gone is not an error."""
         portal().call(self._async.kill())
@@ -730,9 +735,18 @@ class Client:
     def services(self) -> list[ProjectServiceInfo]:
         return portal().call(self._async.services())
 
-    def add_service(self, name: str, target: str) -> ProjectServiceInfo:
-        """Add (or replace) service `name` at `target` (`IPV4:PORT`)."""
-        return portal().call(self._async.add_service(name, target))
+    def add_service(
+        self,
+        name: str,
+        target: str | None = None,
+        *,
+        sandbox: str | None = None,
+        port: int | None = None,
+    ) -> ProjectServiceInfo:
+        """Add (or replace) service `name` at `target` (`IPV4:PORT`), or, with `sandbox` and
+        `port`, as that port of that sandbox (other sandboxes then reach `name:port`).
+        """
+        return portal().call(self._async.add_service(name, target, sandbox=sandbox, port=port))
 
     def remove_service(self, name: str) -> None:
         portal().call(self._async.remove_service(name))

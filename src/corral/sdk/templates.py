@@ -123,6 +123,15 @@ class _TemplateSpec:
         self._context = Path(directory).resolve()
         return self
 
+    def with_recipe(self: Self, name: str) -> Self:
+        """Add the RUN steps of a recipe (``corral.sdk.recipes``: ``dev`` gives git, build
+        tools, Node.js and the coding-agent CLIs ``claude`` and ``codex``)."""
+        from corral.sdk.recipes import recipe_steps
+
+        for command in recipe_steps(name):
+            self.run_cmd(command)
+        return self
+
     def run_cmd(self: Self, command: str | Iterable[str]) -> Self:
         value = command if isinstance(command, str) else list(command)
         self._steps.append({"kind": "run", "value": value})

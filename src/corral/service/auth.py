@@ -159,6 +159,10 @@ class ApiKeys:
             raise NotFound(f"API key {name!r} not found (see `corral key ls`)")
         return record
 
+    def names(self) -> dict[str, str]:
+        """Every key's name by its id, revoked ones included (what owns what, for listings)."""
+        return {r.id: r.name for r in self._db.api_keys.list(include_revoked=True)}
+
     def name_of(self, key_id: str | None) -> str | None:
         if key_id is None:
             return None

@@ -18,6 +18,7 @@ import time
 
 from corral.runtime.agent_client import AgentError
 from corral.service import access
+from corral.service.audit import note_target
 from corral.service.errors import CapacityExceeded, CorralError, NotFound
 from corral.service.launch import Launcher
 from corral.service.model import LIVE_STATES, CreateRequest, SandboxState
@@ -150,6 +151,7 @@ class PoolService:
                 self.schedule(template.name)
                 return None
             pick = ready[0]
+            note_target(pick.id)
             async with self.admission.lock:  # a claimed sandbox counts against its key's quotas
                 self.admission.check_quotas(
                     self.db.sandboxes.list(states=LIVE_STATES),
@@ -175,6 +177,7 @@ class PoolService:
         self.schedule(template.name, delay=REFILL_DELAY)
         if request.env or request.secret_env:
             try:
+                await self.sandboxes.thaw(record.id)
                 await self.sandboxes.agent(record.id, "configure").set_env(
                     {**env, **request.secret_env}
                 )

@@ -141,7 +141,9 @@ class PortService:
         return self._describe(opened)
 
     def list(self, sandbox_id: str) -> list[OpenPort]:
-        self.sb.get(sandbox_id)
+        """The open ports of a live sandbox (an ended one has none: they closed with it)."""
+        if self.sb.get(sandbox_id).state not in OPENABLE_STATES:
+            return []
         return [self._describe(r) for r in self.db.ports.list(sandbox_id)]
 
     def close(self, sandbox_id: str, port: int) -> None:
@@ -150,10 +152,6 @@ class PortService:
             raise NotFound(f"port {port} of sandbox {sandbox_id} is not open")
         for hook in self.on_close:
             hook(sandbox_id, port)
-
-    def forget(self, sandbox_id: str) -> None:
-        """Close every port of a sandbox that ended."""
-        self.db.ports.delete_all(sandbox_id)
 
     # ------------------------------------------------------------------------ inbound traffic
     def check_access(self, sandbox_id: str, port: int, token: str | None) -> SandboxPortRecord:
@@ -197,6 +195,7 @@ class PortService:
         address = self.sb.live.slot_address_of(sandbox_id)
         if address is None:
             raise SandboxUnavailable(f"sandbox {sandbox_id} has no network link yet; try again")
+        await self.sb.thaw(sandbox_id)  # before the connection is made
         return InboundTarget(sandbox_id, address, port)
 
     @contextmanager

@@ -1,6 +1,12 @@
 """The project's services: names (``db.project``) that every sandbox in a project mode
 resolves (its own resolver answers them) and reaches on the service's ports. Admins add and
-remove them; each change is applied at once to every running sandbox."""
+remove them; each change is applied at once to every running sandbox.
+
+A service is an address the daemon reaches (``add``), or a port of a sandbox (``add_sandbox``:
+a fake Stripe for agents to test against). The latter gets a virtual address in
+``SANDBOX_SERVICE_NET`` that its name resolves to; nothing routes it: the sandboxes' egress proxy
+takes those connections and ``route`` says where they go, the target sandbox's slot address and
+port, waking it first when it is parked with auto-wake (the same step as an inbound request)."""
 
 from __future__ import annotations
 
@@ -9,8 +15,9 @@ import logging
 import re
 import time
 
-from corral.network.policy import PolicyError, ProjectService
-from corral.service.errors import InvalidRequest, NotFound
+from corral.network.policy import SANDBOX_SERVICE_NET, PolicyError, ProjectService
+from corral.service.errors import CorralError, InvalidRequest, NotFound, StateConflict
+from corral.service.ports import PortService
 from corral.service.sandboxes import SandboxService
 from corral.storage import ProjectServiceRecord
 
@@ -27,15 +34,64 @@ _REFUSED = tuple(
 
 
 class ProjectServices:
-    def __init__(self, sandboxes: SandboxService) -> None:
+    def __init__(self, sandboxes: SandboxService, ports: PortService) -> None:
         self.sb = sandboxes
         self.db = sandboxes.db
+        self.ports = ports
 
     def list(self) -> list[ProjectServiceRecord]:
         return self.db.project_services.list()
 
     def start(self) -> None:
         self.sb.policies.egress.set_services(self._mechanism())
+        self.sb.policies.egress.set_service_router(self.route)
+
+    async def route(self, sandbox_id: str, address: str, port: int) -> tuple[str, int]:
+        """Where a connection of ``sandbox_id`` to a sandbox service's ``address`` goes; raises
+        LookupError (the proxy then resets the connection) when it cannot go anywhere now."""
+        record = next(
+            (r for r in self.list() if r.sandbox_id and r.address == address and port in r.ports),
+            None,
+        )
+        if record is None or record.sandbox_id is None:
+            raise LookupError(f"no sandbox service at {address}:{port}")
+        try:
+            target = await self.ports.resolve_inbound(record.sandbox_id, port)
+        except CorralError as exc:
+            raise LookupError(f"service {record.name}: {exc.message}") from None
+        return target.address, target.port
+
+    async def add_sandbox(self, name: str, sandbox_id: str, port: int) -> ProjectServiceRecord:
+        """Add (or replace) service ``name``: ``port`` of sandbox ``sandbox_id``, which the
+        other sandboxes reach as ``name:port`` (TCP)."""
+        name = name.strip().lower().rstrip(".")
+        target = self.sb.get(sandbox_id)
+        if target.state not in ("creating", "running", "parked"):
+            raise StateConflict(
+                f"cannot make sandbox {sandbox_id} in state {target.state} a project service"
+            )
+        if not 1 <= port <= 65535:
+            raise InvalidRequest(f"service {name!r}: port {port} is out of range 1-65535")
+        known = {r.name: r for r in self.list()}
+        if name not in known and len(known) >= MAX_SERVICES:
+            raise InvalidRequest(f"a workspace holds at most {MAX_SERVICES} project services")
+        current = known.get(name)
+        if current is not None and current.sandbox_id is not None:
+            address = current.address  # keep its address: sandboxes may have it cached
+        else:
+            taken = {r.address for r in known.values()}
+            free = (str(a) for a in SANDBOX_SERVICE_NET.hosts() if str(a) not in taken)
+            address = next(free, "")
+            if not address:
+                raise InvalidRequest("every virtual address for sandbox services is taken")
+        try:
+            ProjectService(name, address, (port,))
+        except (PolicyError, ValueError) as exc:
+            raise InvalidRequest(f"service {name!r}: {exc}") from exc
+        record = ProjectServiceRecord(name, address, [port], time.time(), sandbox_id)
+        self.db.project_services.put(record)
+        await self._apply()
+        return record
 
     async def add(self, name: str, target: str) -> ProjectServiceRecord:
         """Add (or replace) service ``name`` at ``target`` (``IPV4:PORT``)."""
@@ -59,7 +115,7 @@ class ProjectServices:
         known = {r.name for r in self.list()}
         if name not in known and len(known) >= MAX_SERVICES:
             raise InvalidRequest(f"a workspace holds at most {MAX_SERVICES} project services")
-        record = ProjectServiceRecord(name, str(address), [int(match["port"])], time.time())
+        record = ProjectServiceRecord(name, str(address), [int(match["port"])], time.time(), None)
         self.db.project_services.put(record)
         await self._apply()
         return record

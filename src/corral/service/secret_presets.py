@@ -2,7 +2,7 @@
 
 - ``github``: github.com, api.github.com, uploads.github.com; any header (``Bearer``, ``token``,
   and git's Basic auth) and the query; env ``NAME``; ``--secret-file NAME:.../gh/hosts.yml``
-  gets gh's format.
+  gets gh's format, ``NAME:.../.git-credentials`` git's credential store.
 - ``openai``: api.openai.com; ``Authorization: Bearer``; env ``NAME``.
 - ``anthropic``: api.anthropic.com; ``x-api-key``; env ``NAME``.
 - ``http``: the hosts given (required); ``header`` (any when not given) with ``scheme``, the
@@ -30,17 +30,23 @@ class Preset:
     query: bool = True
     body: bool = False
     needs_hosts: bool = False
-    # A file template for ``--secret-file`` when its path ends with ``file_suffix``.
-    file_suffix: str | None = None
-    file_template: str | None = None
+    # File templates for ``--secret-file``, by the ending of the file's path (``${NAME}``: the
+    # placeholder).
+    file_templates: tuple[tuple[str, str], ...] = ()
+
+    def file_template(self, path: str) -> str | None:
+        return next((text for suffix, text in self.file_templates if path.endswith(suffix)), None)
 
 
 PRESETS: dict[str, Preset] = {
     "github": Preset(
         "github",
         ("github.com", "api.github.com", "uploads.github.com"),
-        file_suffix="gh/hosts.yml",
-        file_template="github.com:\n    oauth_token: ${NAME}\n    git_protocol: https\n",
+        file_templates=(
+            ("gh/hosts.yml", "github.com:\n    oauth_token: ${NAME}\n    git_protocol: https\n"),
+            # git's credential store (`git config --global credential.helper store`)
+            (".git-credentials", "https://x-access-token:${NAME}@github.com\n"),
+        ),
     ),
     "openai": Preset("openai", ("api.openai.com",), header="authorization", scheme="Bearer"),
     "anthropic": Preset("anthropic", ("api.anthropic.com",), header="x-api-key", query=False),

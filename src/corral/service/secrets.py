@@ -35,11 +35,14 @@ from corral.service.secret_presets import PRESETS, SecretOptions, resolve_option
 from corral.storage import Database, SecretAuditRecord, SecretBindingRecord, SecretRecord
 from corral.storage.sealing import Sealer
 
-__all__ = ["PLACEHOLDER_PREFIX", "BrokeredSetup", "SecretService"]
+__all__ = ["PLACEHOLDER_PREFIX", "SNAPSHOT_OWNER", "BrokeredSetup", "SecretService"]
 
 log = logging.getLogger("corral.secrets")
 
 PLACEHOLDER_PREFIX = "corral-ph-"
+# Bindings held by a memory snapshot (its memory holds the placeholders) are owned by
+# "snapshot:NAME" until a sandbox restored from it inherits them.
+SNAPSHOT_OWNER = "snapshot:"
 MAX_VALUE = 8192
 MAX_SECRETS = 256
 MAX_FILES = 32
@@ -124,7 +127,12 @@ class SecretService:
         return found
 
     def bound_sandboxes(self, name: str) -> builtins.list[str]:
-        return [b.sandbox_id for b in self.db.secrets.bindings() if b.secret == name]
+        """The sandboxes bound to ``name`` (not the memory snapshots that hold bindings)."""
+        return [
+            b.sandbox_id
+            for b in self.db.secrets.bindings()
+            if b.secret == name and not b.sandbox_id.startswith(SNAPSHOT_OWNER)
+        ]
 
     def set(
         self,
@@ -250,13 +258,8 @@ class SecretService:
         values = {name: setup.placeholders[name] for name in records}
         for path, (name, template) in files.items():
             if not template:
-                preset = PRESETS[records[name].preset]
-                suffix = preset.file_suffix
-                template = (
-                    preset.file_template.replace("${NAME}", "${" + name + "}")
-                    if suffix and preset.file_template and path.endswith(suffix)
-                    else "${" + name + "}\n"
-                )
+                preset_text = PRESETS[records[name].preset].file_template(path)
+                template = (preset_text or "${NAME}\n").replace("${NAME}", "${" + name + "}")
             try:
                 setup.files[path] = string.Template(template).substitute(values)
             except (KeyError, ValueError) as exc:

@@ -45,6 +45,7 @@ from corral.service.ratelimit import RateLimiter
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.admission import Admission
+from corral.service.sandboxes.freezer import Freezer
 from corral.service.sandboxes.live import ConnectAgent, LiveSandboxes
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SecretService
@@ -121,7 +122,10 @@ class Workspace:
         )
         admission = Admission(settings, db, runtime.name, templates, policies, workspace_policy)
         activity = Activity()
-        live = LiveSandboxes(settings, db, runtime, network, agent, policies, connect_agent)
+        freezer = Freezer(runtime)
+        live = LiveSandboxes(
+            settings, db, runtime, network, agent, policies, freezer, connect_agent
+        )
         sandboxes = SandboxService(
             settings,
             db,
@@ -130,6 +134,8 @@ class Workspace:
             live,
             policies,
             workspace_policy,
+            activity,
+            freezer,
             secrets=secret_service,
         )
         launcher = Launcher(
@@ -183,9 +189,12 @@ class Workspace:
             policies.egress,
             connect_agent,
         )
-        builds = BuildService(settings, templates, builder, warm, pools)
         events = EventBus()
         db.sandboxes.listeners.append(events.sandbox_changed)
+        builds = BuildService(
+            settings, templates, builder, warm, pools, on_progress=events.build_progress
+        )
+        ports = PortService(sandboxes, wakes, activity)
         return cls(
             settings=settings,
             db=db,
@@ -202,8 +211,8 @@ class Workspace:
             transfer=TransferService(settings, sandboxes, admission, snapshots, trust),
             trust=trust,
             pools=pools,
-            services=ProjectServices(sandboxes),
-            ports=PortService(sandboxes, wakes, activity),
+            services=ProjectServices(sandboxes, ports),
+            ports=ports,
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
             policy=workspace_policy,

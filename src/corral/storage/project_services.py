@@ -11,7 +11,7 @@ from corral.storage.tables import ProjectServiceRow
 
 def _record(row: ProjectServiceRow) -> ProjectServiceRecord:
     return ProjectServiceRecord(
-        row.name, row.address, [int(p) for p in row.ports or []], row.created_at
+        row.name, row.address, [int(p) for p in row.ports or []], row.created_at, row.sandbox_id
     )
 
 
@@ -32,10 +32,12 @@ class ProjectServiceRepository:
                         address=record.address,
                         ports=list(record.ports),
                         created_at=record.created_at,
+                        sandbox_id=record.sandbox_id,
                     )
                 )
             else:
                 row.address, row.ports = record.address, list(record.ports)
+                row.sandbox_id = record.sandbox_id
 
     def list(self) -> list[ProjectServiceRecord]:
         with self._sessions() as session:

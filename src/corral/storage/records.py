@@ -48,6 +48,7 @@ class ProjectServiceRecord:
     address: str
     ports: list[int]
     created_at: float
+    sandbox_id: str | None = None  # a port of this sandbox, at a virtual address
 
 
 @dataclass(frozen=True)

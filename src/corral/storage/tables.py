@@ -146,6 +146,8 @@ class ProjectServiceRow(Base):
     address: Mapped[str] = mapped_column(String(15))
     ports: Mapped[list[int]] = mapped_column(JSON, default=list)
     created_at: Mapped[float] = mapped_column(Float)
+    # 0010: a service that is a port of this sandbox (``address`` is then its virtual address)
+    sandbox_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class WorkspacePolicyRow(Base):

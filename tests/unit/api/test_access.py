@@ -95,6 +95,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "rotate_secret": ADMIN_ONLY,
     "revoke_secret": ADMIN_ONLY,
     "create_console_login_token": ("ok", "ok", "ok", "ok", "ok"),
+    "sandbox_metrics": SANDBOX_READ,
     "list_trusted_keys": ADMIN_ONLY,
     "get_workspace_key": ADMIN_ONLY,
     "add_trusted_key": ADMIN_ONLY,

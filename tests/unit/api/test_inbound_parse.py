@@ -20,7 +20,7 @@ def test_path_route_is_rewritten_and_credentials_removed() -> None:
             f"/sandboxes/{SBX}/ports/8080/a/b?x=1&corral_token=T&y=2",
             "Host: 127.0.0.1:7070",
             "X-Corral-Token: H",
-            "Cookie: a=1; corral_token=C; b=2",
+            "Cookie: a=1; corral_token=C; b=2; corral_session=S",
         ),
         frozenset(),
     )

@@ -45,3 +45,4 @@ async def test_open_list_close_and_tokens(harness: Harness, client: httpx.AsyncC
     await client.delete(f"/v1/sandboxes/{sbx['id']}")
     with pytest.raises(NotFound):  # an ended sandbox's ports are not reachable
         ports.check_access(sbx["id"], 9090, None)
+    assert (await client.get(path)).json()["ports"] == []

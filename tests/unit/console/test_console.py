@@ -37,8 +37,15 @@ async def test_login_link_opens_an_httponly_strict_session_that_drives_the_api(
             "/v1/sandboxes", json={}, headers={"x-corral-csrf": session["csrf"]}
         )
         assert created.status_code == 201, created.text
+        sandbox_id = created.json()["id"]
         listed = (await browser.get("/v1/sandboxes")).json()["sandboxes"]
-        assert [s["id"] for s in listed] == [created.json()["id"]]
+        assert [s["id"] for s in listed] == [sandbox_id]
+        assert listed[0]["owner"] == "admin"  # the key that made it, by name
+        # What the sandbox page plots: a sample of its use now.
+        sample = (await browser.get(f"/v1/sandboxes/{sandbox_id}/metrics")).json()
+        assert sample["sandbox_id"] == sandbox_id
+        assert 0 <= sample["cpu_used_pct"] <= 100 and sample["mem_used"] > 0
+        assert sample["mem_total"] == created.json()["memory_mib"] * 1024 * 1024
 
         logout = await browser.delete(
             "/console/api/session", headers={"x-corral-csrf": session["csrf"]}

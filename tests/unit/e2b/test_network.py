@@ -50,7 +50,6 @@ def test_an_allow_inside_a_deny_is_refused_not_mistranslated() -> None:
         ({"rules": {"a.com": [{"transform": {}}]}}, "network.rules"),
         ({"egressProxy": {"address": "p:1080"}}, "egress_proxy"),
         ({"maskRequestHost": "${PORT}-x.example"}, "mask_request_host"),
-        ({"allowPublicTraffic": True}, "allow_public_traffic"),
         ({"gpu": True}, "'gpu'"),
         ({"allowOut": "1.1.1.1"}, "list of strings"),
         ({"allowOut": ["not a rule!"]}, "not a rule!"),

@@ -220,3 +220,35 @@ def test_a_brokered_sandbox_sends_tls_to_the_proxy() -> None:
     # Host-name rules already send both web ports there: intercept adds nothing.
     named = EgressPolicy.build("internet", ["api.example.com"], [])
     assert "tcp dport { 80, 443 }" in replace(egress(named), intercept=True).render()
+
+
+def test_a_sandbox_service_goes_to_the_proxy_never_forwarded() -> None:
+    """A port of another sandbox has a virtual address nothing routes: the classify chain sends
+    it to the proxy (which forwards it) in the project modes, and a deny still wins."""
+    from corral.network.egress import allows_forward, reaches_service
+
+    api = ProjectService("api", "169.254.100.1", (8080,))
+    context = EgressContext("10.200.0.0/16", ("192.0.2.1",), (*CONTEXT.services, api))
+    policy = EgressPolicy.build("project", [], [])
+    lines = classify_lines(egress(policy, context).render())
+    assert (
+        "ip daddr 169.254.100.1 meta l4proto tcp th dport 8080 meta mark set 0x2b8e0002 return"
+        in lines
+    )
+    assert "ip daddr 10.5.0.2 meta l4proto tcp th dport 5432 meta mark set 0x2b8e0001 return" in (
+        lines
+    )
+    assert not allows_forward(policy, context, "169.254.100.1", 8080, "tcp")
+    assert reaches_service(policy, context, "169.254.100.1", 8080)
+    assert not reaches_service(policy, context, "169.254.100.1", 8081)
+    assert reaches_service(EgressPolicy.build("airgapped", ["project:8080"], []), context,
+                           "169.254.100.1", 8080)  # fmt: skip
+    for mode, allow, deny in (
+        ("internet", [], []),
+        ("airgapped", [], []),
+        ("project", [], ["project:8080"]),
+        ("project", [], ["169.254.0.0/16"]),
+    ):
+        assert not reaches_service(
+            EgressPolicy.build(mode, allow, deny), context, "169.254.100.1", 8080
+        ), (mode, deny)

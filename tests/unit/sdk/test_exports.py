@@ -35,6 +35,7 @@ def test_the_public_names() -> None:
             *("Capacity", "ExecResult", "FileInfo", "ImportResult", "NetworkChange"),
             *("NetworkPolicy", "PortInfo", "ProcessEvent", "ProcessInfo", "ProjectServiceInfo"),
             *("ResourceUsage", "SandboxInfo", "SandboxOptions", "SecretAuditEntry"),
+            "SandboxMetrics",
             *("SecretInfo", "SnapshotInfo", "TemplateInfo", "TrustedKey", "WriteResult"),
         ]
     )

@@ -77,6 +77,8 @@ def test_broker_sees_rotation_revocation_and_removal_at_once(service: SecretServ
 
     service.inherit("sb-fork", "sb-one")
     assert service.injections("sb-fork")[0].placeholder == placeholder.encode()
+    service.inherit("snapshot:snap", "sb-one")  # a memory snapshot holds them too, unlisted
+    assert service.bound_sandboxes("API") == ["sb-fork", "sb-one"]
 
     service.revoke("sb-one", "API")
     assert service.injections("sb-one") == ()
@@ -95,6 +97,7 @@ def test_files_from_templates_hold_placeholders(service: SecretService) -> None:
         {
             "/root/.config/gh/hosts.yml": ("GITHUB_TOKEN", None),
             "/run/token": ("GITHUB_TOKEN", None),
+            "/root/.git-credentials": ("GITHUB_TOKEN", None),
             "/etc/app.ini": ("GITHUB_TOKEN", "token = ${GITHUB_TOKEN}\n"),
         },
     )
@@ -103,6 +106,9 @@ def test_files_from_templates_hold_placeholders(service: SecretService) -> None:
         f"github.com:\n    oauth_token: {placeholder}\n    git_protocol: https\n"
     )
     assert setup.files["/run/token"] == placeholder + "\n"
+    assert setup.files["/root/.git-credentials"] == (
+        f"https://x-access-token:{placeholder}@github.com\n"
+    )
     assert setup.files["/etc/app.ini"] == f"token = {placeholder}\n"
     assert all(VALUE not in text for text in setup.files.values())
     with pytest.raises(InvalidRequest, match="not a given secret"):

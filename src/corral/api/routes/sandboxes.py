@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
@@ -9,6 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from corral.api import schemas
 from corral.api.deps import SandboxesDep, WorkspaceDep
+from corral.api.routes.ports import port_schema
 from corral.service.errors import InvalidRequest
 from corral.service.model import CreateRequest
 from corral.service.records import SandboxRecord
@@ -17,7 +19,8 @@ from corral.service.workspace import Workspace
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
 
-def to_schema(record: SandboxRecord) -> schemas.Sandbox:
+def to_schema(record: SandboxRecord, owners: Mapping[str, str] | None = None) -> schemas.Sandbox:
+    """``owners`` (key names by id) fills in ``owner``, where the caller looked them up."""
     return schemas.Sandbox(
         id=record.id,
         state=record.state,  # type: ignore[arg-type]
@@ -38,6 +41,7 @@ def to_schema(record: SandboxRecord) -> schemas.Sandbox:
         image_mib=record.image_mib,
         pooled=record.pooled,
         network=network_of(record),
+        owner=owners.get(record.owner) if owners and record.owner else None,
     )
 
 
@@ -85,6 +89,7 @@ def with_secrets(answer: schemas.Sandbox, ws: Workspace) -> schemas.Sandbox:
 
 @router.get("", operation_id="list_sandboxes", response_model=schemas.SandboxList)
 async def list_sandboxes(
+    ws: WorkspaceDep,
     sandboxes: SandboxesDep,
     state: Annotated[list[str] | None, Query()] = None,
     metadata: Annotated[list[str] | None, Query(description="k=v, repeatable")] = None,
@@ -111,12 +116,25 @@ async def list_sandboxes(
         include_pooled=include_pooled,
         include_ended=include_ended,
     )
-    return schemas.SandboxList(sandboxes=[to_schema(r) for r in records])
+    owners = ws.api_keys.names()
+    return schemas.SandboxList(sandboxes=[to_schema(r, owners) for r in records])
 
 
 @router.get("/{sandbox_id}", operation_id="get_sandbox", response_model=schemas.Sandbox)
 async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
-    return with_secrets(to_schema(await ws.sandboxes.refresh(sandbox_id)), ws)
+    record = await ws.sandboxes.refresh(sandbox_id)
+    answer = to_schema(record, ws.api_keys.names())
+    answer.frozen = ws.sandboxes.freezer.is_frozen(sandbox_id)
+    services = ws.services.list()
+    # Without tokens: reading a sandbox is a viewer's right, a port's token its owner's
+    # (GET .../ports gives them).
+    answer.ports = [
+        port_schema(p).model_copy(update={"token": None}) for p in ws.ports.list(sandbox_id)
+    ]
+    if ws.sandboxes.policy_of(record).reaches_project:
+        answer.names = [s.name for s in services if s.sandbox_id != sandbox_id]
+    answer.serves_as = [s.name for s in services if s.sandbox_id == sandbox_id]
+    return with_secrets(answer, ws)
 
 
 @router.delete("/{sandbox_id}", operation_id="kill_sandbox", status_code=204)

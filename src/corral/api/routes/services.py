@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
+from corral.service.errors import InvalidRequest
 from corral.service.records import ProjectServiceRecord
 
 # Admin keys only: api/permissions.py (scope "services").
@@ -14,7 +15,11 @@ router = APIRouter(prefix="/v1/services", tags=["services"])
 
 def service_schema(record: ProjectServiceRecord) -> schemas.ProjectService:
     return schemas.ProjectService(
-        name=record.name, address=record.address, ports=record.ports, created_at=record.created_at
+        name=record.name,
+        address=record.address,
+        ports=record.ports,
+        created_at=record.created_at,
+        sandbox_id=record.sandbox_id,
     )
 
 
@@ -27,7 +32,13 @@ async def list_services(ws: WorkspaceDep) -> schemas.ProjectServiceList:
 async def put_service(
     name: str, body: schemas.ProjectServiceCreate, ws: WorkspaceDep
 ) -> schemas.ProjectService:
-    return service_schema(await ws.services.add(name, body.target))
+    if body.target is not None and body.sandbox_id is None and body.port is None:
+        return service_schema(await ws.services.add(name, body.target))
+    if body.target is None and body.sandbox_id is not None and body.port is not None:
+        return service_schema(await ws.services.add_sandbox(name, body.sandbox_id, body.port))
+    raise InvalidRequest(
+        f"service {name!r}: give either target (IPV4:PORT) or sandbox_id and port, not both"
+    )
 
 
 @router.delete("/{name}", operation_id="remove_service", status_code=204)

@@ -71,6 +71,9 @@ class Broker:
     ) -> None:
         """Serve one claimed connection whose ClientHello is ``head`` and whose ``upstream``
         socket is connected. Returns when both directions are done; raises on failure."""
+        # Decrypted records are written as they come: no Nagle delay behind a small one.
+        with contextlib.suppress(OSError):  # not TCP (a test's socketpair)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         far = TlsEnd(
             upstream,
             self._upstream,

@@ -16,6 +16,7 @@ import ssl
 __all__ = ["TlsEnd"]
 
 _READ = 65536
+_COALESCE = 262144
 
 
 class TlsEnd:
@@ -68,7 +69,9 @@ class TlsEnd:
             await self._flush()
 
     async def recv(self) -> bytes:
-        """Decrypted data; ``b""`` once the peer has closed (cleanly or not)."""
+        """Decrypted data; ``b""`` once the peer has closed (cleanly or not). Every record
+        already received is returned at once (a response head and its body, sent as two
+        records, go on as one write: no small second segment to wait on a delayed ACK)."""
         while True:
             try:
                 data = self._tls.read(_READ)
@@ -78,9 +81,26 @@ class TlsEnd:
                 continue
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return b""
+            if data:
+                data += self._more()
             if self._out.pending:
                 await self._flush()
             return data
+
+    def _more(self) -> bytes:
+        """What the records already in the incoming buffer hold, without waiting."""
+        parts = []
+        size = 0
+        while size < _COALESCE:
+            try:
+                part = self._tls.read(_READ)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break  # an end is seen again by the next recv
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+        return b"".join(parts)
 
     async def send(self, data: bytes) -> None:
         async with self._lock:

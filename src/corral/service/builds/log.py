@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,8 @@ class BuildHandle:
         self._output = 0
         self._dropped = 0
         self._dropped_events = 0
+        # Told of every event but output (steps, the end): the workspace's event stream.
+        self.on_progress: Callable[[Event], None] | None = None
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "w", buffering=1)  # noqa: SIM115 - closed at finish
 
@@ -74,6 +76,8 @@ class BuildHandle:
                 )
             )
         self._append({"time": round(time.time(), 3), **event})
+        if self.on_progress is not None and event.get("type") != "output":
+            self.on_progress(event)
         async with self._changed:
             self._changed.notify_all()
 

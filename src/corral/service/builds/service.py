@@ -39,6 +39,7 @@ from corral.storage import TemplateRecord
 __all__ = ["BuildService"]
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
+BuildProgress = Callable[[str, str | None, dict[str, Any]], None]
 _SOURCE_SCHEMES = ("docker-archive:", "oci:", "registry:")
 _UPLOAD = "upload:"
 _UPLOAD_HINT = (
@@ -65,6 +66,7 @@ class BuildService:
         builder: TemplateBuilder,
         warm: WarmService,
         pools: PoolService,
+        on_progress: BuildProgress | None = None,
     ) -> None:
         self.settings = settings
         self.templates = templates
@@ -72,6 +74,8 @@ class BuildService:
         self.builder = builder
         self.warm = warm
         self.pools = pools
+        # (template, owner key id, event) for each build step and end: the workspace's events.
+        self.on_progress = on_progress
         self._building: dict[str, BuildPlan | BuildHandle] = {}
 
     async def close(self) -> None:
@@ -295,6 +299,10 @@ class BuildService:
             for upload_id in plan.uploads:
                 plan.owned.append(self.uploads.claim(upload_id).dir)
             handle = BuildHandle(name, self.log_path(name), self.settings.build_log_max_kib * 1024)
+            progress = self.on_progress
+            if progress is not None:
+                owner = access.new_owner()
+                handle.on_progress = lambda event: progress(name, owner, event)
         except BaseException:
             builder.release(plan)
             for owned in plan.owned:

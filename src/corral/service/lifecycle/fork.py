@@ -83,6 +83,7 @@ class ForkService:
             source = self.sandboxes.get(sandbox_id)
             require_state(source, Action.FORK)
             refuse_secrets(source, "fork")
+            await self.sandboxes.thaw(sandbox_id)
             ttl = (source.expires_at - source.created_at) if source.expires_at else None
             like_source = CreateRequest(
                 template=source.template,

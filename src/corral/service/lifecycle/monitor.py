@@ -65,6 +65,8 @@ class Monitor:
                 if time.monotonic() - last_health >= health_every:
                     last_health = time.monotonic()
                     for record in self.db.sandboxes.list(states={SandboxState.RUNNING}):
+                        if self.sandboxes.freezer.is_frozen(record.id):
+                            continue  # a frozen sandbox costs nothing; its thaw checks it
                         if not record.operation and not self.sandboxes.lock(record.id).locked():
                             await self.sandboxes.check_alive(record)
             except asyncio.CancelledError:
@@ -96,6 +98,13 @@ class Monitor:
             ):
                 log.info("sandbox %s: idle for %ss; parking it", record.id, record.auto_park_idle)
                 await self._try_park(record.id)
+            elif (
+                record.state == SandboxState.RUNNING
+                and self.settings.freeze_idle_seconds
+                and not self.sandboxes.freezer.is_frozen(record.id)
+                and self.sandboxes.idle_for(record, self.settings.freeze_idle_seconds, now)
+            ):
+                await self.sandboxes.freeze_if_idle(record)
 
     async def _try_park(self, sandbox_id: str) -> bool:
         try:

@@ -87,6 +87,7 @@ class ParkService:
         async with self.sandboxes.lock(sandbox_id):
             record = self.sandboxes.get(sandbox_id)
             require_state(record, Action.PARK)
+            await self.sandboxes.thaw(sandbox_id)
             await self.admission.admit_change(
                 dataclasses.replace(record, state=SandboxState.PARKED),
                 f"parking sandbox {sandbox_id}",

@@ -100,4 +100,5 @@ class WakeService:
         record = self.sandboxes.get(sandbox_id)
         if record.state == SandboxState.PARKED and record.auto_wake:
             record = await self.wake(sandbox_id)
+        await self.sandboxes.thaw(sandbox_id)
         return self.sandboxes.agent(sandbox_id, action, record)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from corral.config import Settings
 from corral.runtime.base import Resources
+from corral.service.audit import note_target
 from corral.service.capacity import CapacityModel, CapacityReport
 from corral.service.errors import CapacityExceeded, InvalidRequest
 from corral.service.model import (
@@ -142,6 +143,8 @@ class Admission:
         async with self.lock:
             live = self.db.sandboxes.list(states=LIVE_STATES)
             what = "this sandbox" if len(records) == 1 else f"these {len(records)} sandboxes"
+            for record in records[:1]:
+                note_target(record.id)  # the audit entry of the call names what it made
             self.check_quotas(live, records, what)
             self.model.admit(
                 live,

@@ -56,6 +56,8 @@ from corral.service.model import (
     require_state,
 )
 from corral.service.policy import PolicyService
+from corral.service.sandboxes.activity import Activity
+from corral.service.sandboxes.freezer import Freezer
 from corral.service.sandboxes.live import LiveSandboxes
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SecretService
@@ -82,6 +84,8 @@ class SandboxService:
         live: LiveSandboxes,
         policies: NetworkPolicies,
         workspace_policy: PolicyService,
+        activity: Activity,
+        freezer: Freezer,
         secrets: SecretService | None = None,
     ) -> None:
         self.settings = settings
@@ -91,6 +95,8 @@ class SandboxService:
         self.live = live
         self.policies = policies
         self.workspace_policy = workspace_policy
+        self.activity = activity
+        self.freezer = freezer
         self.secrets = secrets
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -138,6 +144,8 @@ class SandboxService:
         pruned = self.db.sandboxes.prune(states=PRUNED_STATES, ended_before=cutoff)
         for sandbox_id in pruned:
             self._locks.pop(sandbox_id, None)
+            if self.secrets is not None:  # one that failed or stopped was never killed
+                self.secrets.forget(sandbox_id)
         return pruned
 
     def agent(
@@ -152,6 +160,41 @@ class SandboxService:
         if client is None:
             raise SandboxUnavailable(f"sandbox {sandbox_id} has no control link; try again")
         return client
+
+    async def thaw(self, sandbox_id: str) -> None:
+        """Resume the sandbox if idleness froze it, and count this as activity (so the monitor
+        does not freeze it again under the call that asked). Every call that reaches a running
+        sandbox's agent or runtime goes through here first."""
+        self.activity.touch(sandbox_id)
+        await self.freezer.thaw(sandbox_id)
+
+    def idle_for(self, record: SandboxRecord, seconds: float, now: float) -> bool:
+        """No call in flight (through the API or any request open on its agent link) and none
+        for ``seconds``."""
+        client = self.live.client(record.id)
+        return (
+            not self.activity.in_use(record.id)
+            and (client is None or client.in_flight == 0)
+            and self.activity.last_active(record) + seconds <= now
+        )
+
+    async def freeze_if_idle(self, record: SandboxRecord) -> bool:
+        """Freeze a running sandbox idle for the workspace's ``freeze_idle_seconds``."""
+        after = self.settings.freeze_idle_seconds
+        if not after or record.state != SandboxState.RUNNING or self.freezer.is_frozen(record.id):
+            return False
+
+        def still_idle() -> bool:
+            current = self.db.sandboxes.get(record.id)
+            return (
+                current is not None
+                and current.state == SandboxState.RUNNING
+                and not current.operation
+                and not self.lock(record.id).locked()
+                and self.idle_for(current, after, time.time())
+            )
+
+        return await self.freezer.freeze(record.id, still_idle)
 
     async def diagnose(self, sandbox_id: str, exc: Exception) -> CorralError:
         """Turn a failed agent call into the error a user should see (the sandbox may have died)."""

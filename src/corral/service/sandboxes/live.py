@@ -34,6 +34,7 @@ from corral.service.errors import (
     TooLarge,
 )
 from corral.service.images import make_private
+from corral.service.sandboxes.freezer import Freezer
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.storage import Database, SandboxRecord
 
@@ -56,6 +57,7 @@ class LiveSandboxes:
         network: Network,
         agent: AgentMount,
         policies: NetworkPolicies,
+        freezer: Freezer,
         connect_agent: ConnectAgent | None = None,
     ) -> None:
         self.settings = settings
@@ -63,6 +65,7 @@ class LiveSandboxes:
         self.runtime = runtime
         self.network = network
         self.policies = policies
+        self.freezer = freezer
         self.agent_mount = agent
         self.connect_agent: ConnectAgent = connect_agent or (
             lambda _id, slot: AgentClient(slot.host_address)
@@ -264,6 +267,7 @@ class LiveSandboxes:
     ) -> None:
         """Destroy the runtime and release the slot; never raises (logs what failed)."""
         self.keys.forget(sandbox_id)
+        self.freezer.forget(sandbox_id)
         client = self._clients.pop(sandbox_id, None)
         if client is not None:
             with contextlib.suppress(Exception):

@@ -51,7 +51,7 @@ from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.live import LiveSandboxes
 from corral.service.sandboxes.policy import NetworkPolicies
-from corral.service.secrets import SecretService
+from corral.service.secrets import SNAPSHOT_OWNER, SecretService
 from corral.service.snapshots import fs_capture
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, SnapshotRecord
@@ -68,7 +68,7 @@ LIST_FILE = "/tmp/.corral-snapshot.list"
 def snapshot_owner(name: str) -> str:
     """Who holds a memory snapshot's brokered-secret bindings (``secrets.inherit``) until a
     sandbox restored from it takes them over."""
-    return f"snapshot:{name}"
+    return SNAPSHOT_OWNER + name
 
 
 def check_name(name: str) -> str:
@@ -210,6 +210,7 @@ class SnapshotService:
         async with self.sandboxes.lock(sandbox_id):
             source = self.sandboxes.get(sandbox_id)
             require_state(source, Action.SNAPSHOT)
+            await self.sandboxes.thaw(sandbox_id)
             if not fs_only:
                 refuse_secrets(source, "memory snapshot")
             elif source.secret_keys and not allow_secrets:

@@ -35,6 +35,7 @@ from typing import Any
 from corral.config import Settings
 from corral.paths import inside
 from corral.service import access
+from corral.service.audit import note_target
 from corral.service.errors import CapacityExceeded, CorralError, InvalidRequest, StateConflict
 from corral.service.images import (
     IMAGE_COMPLETE,
@@ -283,6 +284,7 @@ class TransferService:
             image_mib=size,
             owner=access.new_owner(),
         )
+        note_target(record.id)
         try:
             await self.admission.admit_parked(record, size)
         except CorralError:  # over capacity or over a quota of the importing key
