@@ -41,6 +41,7 @@ WRAPPED = [
     ("AsyncProcess", "process.py"),
     ("AsyncNetwork", "network.py"),
     ("AsyncPorts", "ports.py"),
+    ("AsyncCode", "code.py"),
     ("AsyncPty", "pty.py"),
     ("AsyncPtys", "pty.py"),
     ("AsyncSandbox", "sandbox.py"),

@@ -14,12 +14,14 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from corral.console.static import BUILT
 from tests.e2e.conftest import Daemon
 from tests.e2e.test_pty import WAIT_FOREGROUND_SLEEP
+from tests.e2e.workloads import wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # As root, on a machine with no network but loopback: no sandbox, no background connections.
@@ -392,3 +394,49 @@ def test_sandbox_page_fork_snapshot_ports_processes_and_a_refusal(
     page.get_by_role("link", name="Snapshots").click()
     expect(page.locator("table")).to_contain_text("from-console")
     page.screenshot(path=shots / "snapshots.png", full_page=True)
+
+
+STEALER = """<!doctype html><title>waiting</title><script>
+fetch("/console/api/session")
+  .then((r) => (r.ok ? r.json() : Promise.reject(new Error("status " + r.status))))
+  .then((s) => (document.title = "stolen:" + s.csrf), (e) => (document.title = "blocked:" + e));
+</script>"""
+
+
+def test_a_sandbox_page_on_a_path_route_cannot_use_the_console_session(
+    daemon: Daemon, page: Page, shots: Path
+) -> None:
+    """The attack: a sandbox serves a page whose script calls the console's API; a user logged
+    in to the console opens it by the port's path URL, on the daemon's own origin. The page
+    runs, but in an origin of its own: the call carries no session and its answer is unreadable."""
+    with daemon.client() as api:
+        sandbox_id = api.post("/v1/sandboxes", json={"memory_mib": 256}).json()["id"]
+        files = f"/v1/sandboxes/{sandbox_id}/files/content"
+        api.put(files, params={"path": "/tmp/www/index.html"}, content=STEALER.encode())
+        api.post(
+            f"/v1/sandboxes/{sandbox_id}/exec",
+            json={
+                "cmd": ["python3", "-m", "http.server", "8000", "-d", "/tmp/www"],
+                "background": True,
+            },
+        )
+        opened = api.post(f"/v1/sandboxes/{sandbox_id}/ports", json={"port": 8000, "public": True})
+        path_url = opened.json()["path_url"]
+    assert path_url.startswith(daemon.url)  # the console's origin
+    wait_until(lambda: httpx.get(path_url, timeout=10).status_code == 200, 60)
+    # The logged-in browser's session, in a tab of its own (its own connections: a connection
+    # the console's page keeps alive stays the API's, see api/front.py).
+    browser = page.context.browser
+    assert browser is not None
+    victim = browser.new_context()
+    try:
+        victim.add_cookies(page.context.cookies())
+        tab = victim.new_page()
+        tab.goto(path_url)
+        expect(tab).to_have_title(re.compile(r"^(blocked|stolen):"))
+        assert tab.title().startswith("blocked:"), tab.title()
+        # The session itself still works for the console's own page.
+        tab.goto(f"{daemon.url}/console/")
+        expect(tab.get_by_role("heading", name="Workspace")).to_be_visible()
+    finally:
+        victim.close()

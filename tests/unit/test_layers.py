@@ -24,6 +24,7 @@ EDGES = {"api", "cli", "sdk", "mcp", "e2b", "console"}
 ALLOWED: dict[str, set[str]] = {
     "__init__": {"sdk"},  # ``from corral import Sandbox``: the package's face is the SDK
     "agent": set(),  # runs inside the sandbox: nothing of the daemon
+    "interpreter": set(),  # the code interpreter's server, inside the sandbox too
     "sdk": {"errcodes"},  # a client library: no daemon code
     "mcp": {"sdk"},  # goes through the SDK
     "cli": {"sdk", "mcp", "api"},  # ``corral serve`` starts the daemon (api.server) lazily
@@ -61,7 +62,7 @@ SERVICE_LAYERS: list[set[str]] = [
     {"auth", "policy", "templates", "secrets"},
     {"sandboxes"},
     {"launch", "lifecycle"},
-    {"pools", "warm", "processes", "files", "project_services", "metrics", "ports"},
+    {"pools", "warm", "processes", "files", "project_services", "metrics", "ports", "code"},
     {"create"},
     {"snapshots", "builds"},
     {"workspace"},
@@ -72,6 +73,10 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("api/inbound.py", "corral.network"): (  # from corral.network import splice
         "the inbound proxy moves its own connections' bytes with splice(2); no sandbox control"
     ),
+    # MCP's HTTP transport is mounted in the daemon: it checks the caller's key and names it in
+    # the audit log, then acts only through the SDK like the stdio server.
+    ("mcp/http.py", "corral.service.audit"): "the audit note of the call",
+    ("mcp/http.py", "corral.service.auth"): "the caller's key",
 }
 
 

@@ -68,6 +68,9 @@ class Process:
         self.signal: int | None = None
         self.timed_out = False
         self.exit_seq: int | None = None
+        self.restart_spec: dict[str, object] | None = None  # supervised: started again on exit
+        self.restart_delay = 0.25  # the last delay before a restart (processes.py doubles it)
+        self.stopped = False  # a signal came through the API: not restarted
         self.winsize: tuple[int, int] | None = None  # (rows, cols) of a PTY process's terminal
 
     # -- producers ---------------------------------------------------------------------------

@@ -51,6 +51,13 @@ MAX_TAG_BYTES = 4096  # a process's tag, as JSON
 MAX_CMD_BYTES = 256 * 1024  # a process's argv (or shell string), as JSON
 MAX_TABLE_BYTES = 8 * 1024 * 1024  # tags and argvs of all tracked processes together, as JSON
 MAX_PTY_SIDE = 4096  # rows or columns of a pseudo-terminal
+# A process started with "restart": true (a template's supervised start command) is started
+# again whenever it exits, unless it was stopped by a signal sent through the API: after
+# RESTART_DELAY seconds, doubling up to RESTART_DELAY_MAX while it keeps exiting within
+# RESTART_STABLE seconds of its start.
+RESTART_DELAY = 0.5
+RESTART_DELAY_MAX = 30.0
+RESTART_STABLE = 10.0
 
 
 def parse_winsize(value: object) -> tuple[int, int]:
@@ -199,6 +206,34 @@ class Agent:
                 proc = self.processes.get(pid)
             if proc is not None and not proc.reaped:
                 proc.on_reaped(status)
+                if proc.restart_spec is not None and not proc.stopped:
+                    self._schedule_restart(proc)
+
+    def _schedule_restart(self, proc: Process) -> None:
+        ran = (proc.ended_at or time.time()) - proc.started_at
+        delay = (
+            RESTART_DELAY
+            if ran >= RESTART_STABLE
+            else min(proc.restart_delay * 2, RESTART_DELAY_MAX)
+        )
+        timer = threading.Timer(delay, self._restart, (proc, delay))
+        timer.daemon = True
+        timer.start()
+
+    def _restart(self, proc: Process, delay: float) -> None:
+        import sys
+
+        assert proc.restart_spec is not None
+        print(f"corral agent: restarting {proc.cmd[0]!r} (it exited)", file=sys.stderr, flush=True)
+        try:
+            new, _ = self.spawn(proc.restart_spec, follow=False)
+        except ApiError as exc:  # e.g. its program is gone: try again later
+            print(f"corral agent: cannot restart {proc.cmd[0]!r}: {exc}", file=sys.stderr)
+            proc.restart_delay = delay
+            proc.ended_at = time.time()
+            self._schedule_restart(proc)
+            return
+        new.restart_delay = delay
 
     def set_env(self, env: dict[str, str], merge: bool = False) -> None:
         """Replace the default environment of new processes, or with ``merge`` add to it."""
@@ -322,6 +357,8 @@ class Agent:
                 raise ApiError(400, "exec_failed", f"cannot execute {program!r}: {exc}") from None
             proc = Process(child, argv, tag)
             proc.cost = cost
+            if spec.get("restart"):
+                proc.restart_spec = dict(spec)
             if winsize is not None:
                 proc.winsize = winsize
                 proc.open_pipes = 1

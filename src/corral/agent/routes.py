@@ -106,6 +106,7 @@ class Handler(Connection):
             if action == "signal" and method == "POST":
                 proc = agent.get(pid)
                 signum = parse_signal(self.read_json().get("signal"))
+                proc.stopped = True  # a supervised process that is signalled stays stopped
                 try:
                     sent = proc.kill_group(signum)
                 except OSError as exc:

@@ -18,6 +18,7 @@ from corral.api.metrics import ApiMetrics
 from corral.api.observe import Observe
 from corral.api.routes import (
     audit,
+    code,
     console,
     events,
     files,
@@ -27,6 +28,7 @@ from corral.api.routes import (
     policy,
     ports,
     processes,
+    recipes,
     sandbox_metrics,
     sandboxes,
     secrets,
@@ -84,9 +86,11 @@ def create_app(
     for module in (
         workspace,
         templates,
+        recipes,
         sandboxes,
         sandbox_metrics,
         processes,
+        code,
         files,
         snapshots,
         trust,

@@ -11,6 +11,7 @@ from corral.api.permissions import permission_of
 from corral.service.access import Principal, acting_as, authorize
 from corral.service.audit import current_note
 from corral.service.auth import principal_of
+from corral.service.code import CodeService
 from corral.service.console_sessions import COOKIE_NAME, CSRF_HEADER
 from corral.service.errors import InvalidRequest, Unauthorized
 from corral.service.files import FileService
@@ -130,7 +131,12 @@ def _files(ws: WorkspaceDep) -> FileService:
     return ws.files
 
 
+def _code(ws: WorkspaceDep) -> CodeService:
+    return ws.code
+
+
 SandboxesDep = Annotated[SandboxService, Depends(_sandboxes)]
 ProcessesDep = Annotated[ProcessService, Depends(_processes)]
 FilesDep = Annotated[FileService, Depends(_files)]
+CodeDep = Annotated[CodeService, Depends(_code)]
 PathDep = Annotated[str, Depends(sandbox_path)]

@@ -10,7 +10,10 @@ Routes (the daemon's own listener; ``api/front.py`` hands over the connections t
 Credentials (``service.ports.PortService.check_access``): the port's token in the
 ``X-Corral-Token`` header, the ``corral_token`` query parameter, or the ``corral_token`` cookie;
 a public port needs none. All three are removed before the request goes on, and so is the web
-console's session cookie (``corral_session``), which a browser sends to path routes too. A GET
+console's session cookie (``corral_session``), which a browser sends to path routes too. Path
+routes share the daemon's origin with the console, so their answers are isolated
+(``isolate_answer_head``: a ``Content-Security-Policy: sandbox`` gives a sandbox's page an
+origin of its own) and each connection carries one answer (``Connection: close``). A GET
 or HEAD with the token in its query is answered with a redirect to the same URL without it that
 sets the cookie (scoped to the route), so a browser can follow links while the token leaves the
 address bar. Then the sandbox is resolved (a parked sandbox with auto-wake wakes now) and
@@ -125,12 +128,47 @@ class InboundRequest:
             headers.append((b"X-Forwarded-For", client.encode()))
         if not self.by_host:
             headers.append((b"X-Forwarded-Prefix", self.prefix.encode()))
+            if not self.upgrade:
+                # One answer per connection, so that every answer gets its own origin
+                # (isolate_answer_head); the browser opens a new connection for the next.
+                headers = [(k, v) for k, v in headers if k.lower() != b"connection"]
+                headers.append((b"Connection", b"close"))
         lines = [self.method + b" " + self.path + b" HTTP/1.1"]
         lines += [name + b": " + value for name, value in headers]
         return b"\r\n".join(lines) + HEAD_END
 
 
 _HOP_BY_PROXY = {b"x-forwarded-for", b"x-forwarded-prefix"}
+
+
+# What a path-routed answer gets: the daemon's origin is the console's too, so a sandbox's page
+# there is given an opaque origin of its own (scripts run, but reach nothing of the daemon's
+# origin: no cookies, no readable answers, no service worker over the console).
+ISOLATION_POLICY = (
+    b"sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads "
+    b"allow-pointer-lock allow-popups-to-escape-sandbox"
+)
+MAX_ANSWER_HEAD = 64 * 1024
+
+
+def isolate_answer_head(head: bytes) -> bytes:
+    """A path-routed answer's head (without its blank line) with the isolation policy added,
+    ``Connection: close``, and no ``Service-Worker-Allowed`` nor cookies of the daemon's own."""
+    lines = head.split(b"\r\n")
+    kept = [lines[0]]
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        lower = name.strip().lower()
+        if lower in (b"connection", b"keep-alive", b"service-worker-allowed"):
+            continue
+        if lower == b"set-cookie":
+            cookie = value.strip().split(b"=", 1)[0].strip()
+            if cookie in DAEMON_COOKIES:
+                continue
+        kept.append(line)
+    kept.append(b"Content-Security-Policy: " + ISOLATION_POLICY)
+    kept.append(b"Connection: close")
+    return b"\r\n".join(kept)
 
 
 class BadHead(Exception):
@@ -418,7 +456,10 @@ class _Link:
         """Serve until both sides are done; True when they ended cleanly."""
         self._task = asyncio.current_task()
         requests = asyncio.create_task(self._requests(rest))
-        answers = asyncio.create_task(splice.copy(self.upstream, self.client))
+        if self.first.by_host:
+            answers = asyncio.create_task(splice.copy(self.upstream, self.client))
+        else:
+            answers = asyncio.create_task(self._isolated_answers())
         try:
             done, _ = await asyncio.wait({requests, answers}, return_when=asyncio.FIRST_COMPLETED)
             if answers in done:
@@ -445,6 +486,36 @@ class _Link:
                 if not task.done():
                     task.cancel()
             await asyncio.gather(requests, answers, return_exceptions=True)
+
+    async def _isolated_answers(self) -> int:
+        """A path route's answers: each final answer's head rewritten by
+        ``isolate_answer_head`` (interim 1xx heads pass as they are; after a 101 everything
+        does), the rest spliced."""
+        loop = asyncio.get_running_loop()
+        buffer = bytearray()
+        while True:
+            end = buffer.find(HEAD_END)
+            if end < 0:
+                if len(buffer) > MAX_ANSWER_HEAD:
+                    raise OSError("the sandbox's answer head is too large")
+                data = await loop.sock_recv(self.upstream, 65536)
+                if not data:
+                    if buffer:
+                        await loop.sock_sendall(self.client, bytes(buffer))
+                    return len(buffer)
+                buffer += data
+                continue
+            head, after = bytes(buffer[:end]), bytes(buffer[end + len(HEAD_END) :])
+            status = head[9:12]
+            if status[:1] == b"1" and status != b"101":
+                await loop.sock_sendall(self.client, head + HEAD_END)
+                buffer = bytearray(after)
+                continue
+            if status != b"101":
+                head = isolate_answer_head(head)
+            await loop.sock_sendall(self.client, head + HEAD_END + after)
+            break
+        return await splice.copy(self.upstream, self.client)
 
     async def _requests(self, pending: bytes) -> bool:
         """Copy the client's requests; True when they end (the client's end, or a request

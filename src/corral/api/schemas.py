@@ -371,6 +371,11 @@ class TemplateBuild(BaseModel):
     network: NetworkModeName | None = Field(
         default=None, description="what RUN steps reach (default: internet)"
     )
+    recipes: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="recipes (GET /v1/recipes) whose steps and defaults come first",
+    )
     shared: bool | None = Field(
         default=None,
         description="members may use it (default: yes for an admin's build, no for a member's; "
@@ -461,6 +466,54 @@ class TrustList(BaseModel):
 
 class WorkspaceKey(BaseModel):
     public_key: str = Field(description="this workspace's key: give it to `corral trust add`")
+
+
+# -- code interpreter ---------------------------------------------------------------------------
+class CodeExecution(BaseModel):
+    """``POST /v1/sandboxes/{id}/code/execute``: E2B's execution request, plus ``timeout``."""
+
+    model_config = ConfigDict(extra="ignore")  # E2B's SDKs add fields; the known ones matter
+
+    code: str = Field(max_length=8 * 1024 * 1024)
+    language: str | None = Field(default=None, max_length=64, examples=["python", "bash"])
+    context_id: str | None = Field(default=None, max_length=128)
+    env_vars: dict[str, str] | None = None
+    timeout: float | None = Field(
+        default=None, gt=0, le=86400, description="seconds; the code is interrupted after them"
+    )
+
+
+class CodeContextCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    language: str | None = Field(default=None, max_length=64)
+    cwd: str | None = Field(default=None, max_length=4096)
+
+
+class CodeContext(BaseModel):
+    id: str
+    language: str
+    cwd: str
+
+
+class CodeContextList(BaseModel):
+    contexts: list[CodeContext]
+
+
+class Recipe(BaseModel):
+    name: str
+    description: str
+    steps: list[str]
+    start_cmd: list[str] | None = None
+    warmup: str | None = None
+    warm: bool = False
+    memory_mib: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    digest: str = Field(description="changes whenever what the recipe builds changes")
+
+
+class RecipeList(BaseModel):
+    recipes: list[Recipe]
 
 
 class PortOpen(BaseModel):

@@ -30,6 +30,7 @@ VERBS: dict[str, str] = {
     "info": "corral.cli.sandboxes:info",
     "kill": "corral.cli.sandboxes:kill",
     "exec": "corral.cli.exec:exec_command",
+    "run-code": "corral.cli.code:run_code",
     "park": "corral.cli.lifecycle:park",
     "wake": "corral.cli.lifecycle:wake",
     "fork": "corral.cli.lifecycle:fork",

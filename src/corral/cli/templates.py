@@ -41,9 +41,6 @@ def create_template(
         "registry:HOST/NAME:TAG.",
     ),
     run: list[str] = typer.Option([], "--run", help="Command to run (repeatable)."),
-    recipes: list[str] = typer.Option(
-        [], "--with", metavar="RECIPE", help="Add a recipe's steps: dev (git, node, claude, codex)."
-    ),
     env: list[str] = typer.Option([], "--env", help="K=V baked into the template (repeatable)."),
     workdir: str | None = typer.Option(None, "--workdir", help="Default working directory."),
     user: str | None = typer.Option(None, "--user", help="Default user."),
@@ -55,6 +52,13 @@ def create_template(
     ),
     build_arg: list[str] = typer.Option([], "--build-arg", help="ARG value K=V (repeatable)."),
     start: str | None = typer.Option(None, "--start", help="Start command of every sandbox."),
+    recipes: list[str] = typer.Option(
+        [],
+        "--with",
+        metavar="RECIPE",
+        help="Start from a recipe (repeatable): dev (git, node, claude, codex), "
+        "code-interpreter (`corral template recipes`).",
+    ),
     creds: str | None = typer.Option(None, "--creds", help="Registry USER:PASS."),
     insecure: bool = typer.Option(
         False,
@@ -85,11 +89,11 @@ def create_template(
 ) -> None:
     """Build a template, showing the build's progress and output as it goes.
 
-    Steps run in this order: --copy, --env, --workdir, --with (each recipe's RUN steps),
-    --run (in the order given, as root), then --user (the default user of the template's
-    sandboxes). A --dockerfile's steps come first, in its own order. Local paths (the
-    Dockerfile's dir, --copy sources, --from docker-archive:PATH / oci:PATH) are packed and
-    uploaded: the daemon reads none of its own."""
+    Steps run in this order: each --with recipe's steps (the daemon adds them), a
+    --dockerfile's steps, then --copy, --env, --workdir, --run (in the order given, as root),
+    then --user (the default user of the template's sandboxes). Local paths (the Dockerfile's
+    dir, --copy sources, --from docker-archive:PATH / oci:PATH) are packed and uploaded: the
+    daemon reads none of its own."""
     from corral.sdk.templates import Template
 
     spec = Template()
@@ -99,6 +103,8 @@ def create_template(
         spec.from_image(source)
     if start is not None:
         spec.set_start_cmd(start)
+    for recipe in recipes:
+        spec.with_recipe(recipe)
     if insecure:
         spec.set_insecure()
     for item in copy:
@@ -111,11 +117,6 @@ def create_template(
         spec.set_envs(envs)
     if workdir is not None:
         spec.set_workdir(workdir)
-    for recipe in recipes:
-        try:
-            spec.with_recipe(recipe)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--with") from None
     for command in run:
         spec.run_cmd(command)
     if user is not None:  # last: RUN steps run as root, sandboxes as the user
@@ -147,6 +148,27 @@ def create_template(
         typer.echo(made.name)
     if pool and not as_json and not quiet:
         typer.echo(f"filling a pool of {pool} ready sandbox(es) in the background", err=True)
+
+
+@templates_app.command("recipes")
+def list_recipes(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
+    verbose: bool = typer.Option(False, "--steps", help="Also show each recipe's steps."),
+) -> None:
+    """List the recipes `template create --with NAME` can start from."""
+    found = client(ctx).recipes()
+    if as_json:
+        print_json(found)
+        return
+    width = max((len(r["name"]) for r in found), default=4)
+    for recipe in found:
+        typer.echo(f"{recipe['name'].ljust(width)}  {recipe['description']}")
+        if verbose:
+            for step in recipe["steps"]:
+                typer.echo(f"{'':{width}}    RUN {step}")
+            if recipe.get("start_cmd"):
+                typer.echo(f"{'':{width}}    START {' '.join(recipe['start_cmd'])}")
 
 
 @templates_app.command("ls")

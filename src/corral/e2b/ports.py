@@ -45,6 +45,10 @@ DROPPED_HEADERS = {
 }
 ANSWER_DROPPED = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=30.0)
+# A connection per request: a server in a sandbox may close an idle kept-alive connection at any
+# time (a restarted kernel, its own timeout), and a request sent on it then fails with nothing
+# to retry it (its body was streamed). Connecting over the slot's veth costs well under 1 ms.
+LIMITS = httpx.Limits(max_keepalive_connections=0)
 STATUS = {"not_found": 502, "conflict": 502, "sandbox_unavailable": 502}
 
 
@@ -69,7 +73,7 @@ class PortForwarder:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False)
+            self._http = httpx.AsyncClient(timeout=TIMEOUT, limits=LIMITS, follow_redirects=False)
         return self._http
 
     async def aclose(self) -> None:

@@ -31,6 +31,8 @@ from corral.mcp.pool import SandboxPool
 from corral.mcp.server import instructions
 from corral.mcp.tools import register_tools
 from corral.sdk import AsyncClient
+from corral.service.audit import current_note
+from corral.service.auth import principal_of
 
 __all__ = ["McpOverHttp", "install"]
 
@@ -98,10 +100,13 @@ class McpOverHttp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            self.ws.api_keys.verify(presented_key(headers))
+            record = self.ws.api_keys.verify(presented_key(headers))
         except Exception as exc:  # Unauthorized: say why, as the API does
             await _refuse(send, 401, str(exc))
             return
+        note = current_note()
+        if note is not None:  # the audit log names the key (its tools' calls go to the API)
+            note.principal = principal_of(record)
         await self.server.session_manager.handle_request(scope, receive, send)
 
     @asynccontextmanager

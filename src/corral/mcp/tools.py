@@ -10,6 +10,7 @@ server, one per API key and MCP session over HTTP.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -17,9 +18,11 @@ from typing import Any, Literal
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
 
 from corral.mcp.pool import SandboxPool
-from corral.sdk import AsyncSandbox, CorralError, ExecResult
+from corral.sdk import AsyncSandbox, Conflict, CorralError, ExecResult, NotFound
+from corral.sdk.code import Execution
 
 __all__ = ["PoolOf", "register_tools"]
 
@@ -44,6 +47,27 @@ def exec_answer(sandbox: AsyncSandbox, result: ExecResult) -> dict[str, Any]:
         "stderr": clipped(result.stderr),
         "timed_out": result.timed_out,
     }
+
+
+def execution_answer(sandbox: AsyncSandbox, execution: Execution) -> CallToolResult:
+    """An interpreter's execution for the model: a JSON summary plus each plot as an image."""
+    error = execution.error
+    answer: dict[str, Any] = {
+        "sandbox_id": sandbox.id,
+        "stdout": clipped("".join(execution.logs.stdout)),
+        "stderr": clipped("".join(execution.logs.stderr)),
+        "results": [clipped(r.text) for r in execution.results if r.text is not None],
+        "error": None
+        if error is None
+        else {"name": error.name, "value": error.value, "traceback": clipped(error.traceback)},
+        "execution_count": execution.execution_count,
+    }
+    content: list[ContentBlock] = [TextContent(type="text", text=json.dumps(answer))]
+    for result in execution.results:
+        for data, mime in ((result.png, "image/png"), (result.jpeg, "image/jpeg")):
+            if data:
+                content.append(ImageContent(type="image", data=data, mime_type=mime))
+    return CallToolResult(content=content, structured_content=answer)
 
 
 @asynccontextmanager
@@ -95,13 +119,24 @@ def register_tools(server: MCPServer[Any], pool_of: PoolOf) -> None:
         language: Literal["python", "bash"] = "python",
         sandbox_id: str | None = None,
         timeout: float | None = None,
-    ) -> dict[str, Any]:
-        """Run a snippet of Python or Bash code in a sandbox; returns stdout, stderr and the
-        exit code. Without sandbox_id it uses the session's default sandbox."""
+    ) -> CallToolResult:
+        """Run Python or Bash code in a sandbox. In a sandbox with a code interpreter (a
+        template built --with code-interpreter) state persists between calls, the last
+        expression's value comes back in results and plots come back as images; otherwise the
+        code runs as a fresh process. Returns stdout, stderr, and the error or exit code.
+        Without sandbox_id it uses the session's default sandbox."""
         async with tool_errors():
             sandbox = await (await pool_of(ctx)).get(sandbox_id)
-            result = await sandbox.exec([*INTERPRETERS[language], code], timeout=timeout)
-            return exec_answer(sandbox, result)
+            try:
+                execution = await sandbox.run_code(code, language=language, timeout=timeout)
+            except (Conflict, NotFound):  # no interpreter in this sandbox's template
+                result = await sandbox.exec([*INTERPRETERS[language], code], timeout=timeout)
+                answer = exec_answer(sandbox, result)
+                return CallToolResult(
+                    content=[TextContent(type="text", text=json.dumps(answer))],
+                    structured_content=answer,
+                )
+            return execution_answer(sandbox, execution)
 
     @server.tool()
     async def run_command(

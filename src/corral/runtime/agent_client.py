@@ -103,6 +103,7 @@ class AgentClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         bracketed = f"[{host}]" if ":" in host else host
+        self.host = bracketed
         self.base_url = f"http://{bracketed}:{port}"
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
@@ -122,6 +123,11 @@ class AgentClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    def sandbox_url(self, port: int) -> str:
+        """``http://ADDRESS:PORT`` of another port of this sandbox, as the daemon reaches it
+        (the slot forwards every port the host connects to)."""
+        return f"http://{self.host}:{port}"
 
     def set_key(self, key: str) -> None:
         """Send ``key`` (the agent's, hex) from now on."""

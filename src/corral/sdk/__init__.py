@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from corral.sdk.client import (
         AsyncClient,
     )
+    from corral.sdk.code import (
+        AsyncCode,
+        CodeContext,
+        Execution,
+    )
     from corral.sdk.errors import (
         APIError,
         AuthenticationError,
@@ -80,6 +85,7 @@ if TYPE_CHECKING:
     )
     from corral.sdk.sync import (
         Client,
+        Code,
         Files,
         Keys,
         Network,
@@ -106,6 +112,10 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "AsyncCode": "corral.sdk.code",
+    "Code": "corral.sdk.sync",
+    "CodeContext": "corral.sdk.code",
+    "Execution": "corral.sdk.code",
     "APIError": "corral.sdk.errors",
     "ApiKeyInfo": "corral.sdk.workspace",
     "AsyncKeys": "corral.sdk.workspace",
@@ -179,6 +189,7 @@ __all__ = [
     "APIError",
     "ApiKeyInfo",
     "AsyncClient",
+    "AsyncCode",
     "AsyncFiles",
     "AsyncKeys",
     "AsyncNetwork",
@@ -196,6 +207,8 @@ __all__ = [
     "Capacity",
     "CapacityError",
     "Client",
+    "Code",
+    "CodeContext",
     "ConfigurationError",
     "Conflict",
     "ConnectionFailed",
@@ -203,6 +216,7 @@ __all__ = [
     "Event",
     "ExecFailed",
     "ExecResult",
+    "Execution",
     "FileInfo",
     "Files",
     "ImportResult",

@@ -115,6 +115,12 @@ class AsyncClient:
     async def get_template(self, name: str) -> TemplateInfo:
         return TemplateInfo.from_wire(await self.session.json("GET", f"/v1/templates/{name}"))
 
+    async def recipes(self) -> list[dict[str, Any]]:
+        """The recipes a build can start from (`Template().with_recipe(NAME)`): name,
+        description, steps, defaults."""
+        answer = await self.session.json("GET", "/v1/recipes")
+        return list(answer.get("recipes", []))
+
     async def delete_template(self, name: str) -> None:
         """Remove a template (one tag); refused while sandboxes or snapshots use it."""
         await self.session.json("DELETE", f"/v1/templates/{name}")

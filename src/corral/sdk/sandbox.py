@@ -20,6 +20,7 @@ from typing_extensions import Unpack
 from corral.sdk._content import UploadData
 from corral.sdk._exec_wire import OutputCollector, build_exec_body
 from corral.sdk._transfer import Destination, download
+from corral.sdk.code import AsyncCode, Callback, CodeContext, Execution
 from corral.sdk.errors import ConnectionFailed, CorralError, NotFound
 from corral.sdk.files import AsyncFiles
 from corral.sdk.models import (
@@ -82,6 +83,7 @@ class AsyncSandbox:
         self.files = AsyncFiles(self)
         self.pty = AsyncPtys(self)
         self.network = AsyncNetwork(self)
+        self.code = AsyncCode(self)
         self.ports = AsyncPorts(self)
 
     def __repr__(self) -> str:
@@ -303,6 +305,33 @@ class AsyncSandbox:
         )
         answer = await self.session.json("POST", f"{self.path}/exec", json_body=body)
         return AsyncProcess(self, int(answer["pid"]))
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: str | None = None,
+        context: CodeContext | str | None = None,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+        on_result: Callback | None = None,
+        on_error: Callback | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Execution:
+        """Run code in the sandbox's code interpreter (a template built `--with
+        code-interpreter`); state stays between calls. See `AsyncCode.run`."""
+        return await self.code.run(
+            code,
+            language=language,
+            context=context,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+            on_error=on_error,
+            env=env,
+            timeout=timeout,
+        )
 
     async def processes(self) -> builtins.list[ProcessInfo]:
         answer = await self.session.json("GET", f"{self.path}/processes")

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from corral.sdk._content import UploadData
     from corral.sdk._exec_wire import EventCallback, OutputCallback
     from corral.sdk._transfer import Destination, Source
+    from corral.sdk.code import AsyncCode, Callback, CodeContext, Execution
     from corral.sdk.files import AsyncFiles
     from corral.sdk.models import (
         Capacity,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Client",
+    "Code",
     "Files",
     "Keys",
     "Network",
@@ -219,6 +221,58 @@ class Ports:
         portal().call(self._async.close(port))
 
 
+class Code:
+    """`AsyncCode`, synchronous: see it for what each call does."""
+
+    def __init__(self, inner: AsyncCode) -> None:
+        self._async = inner
+
+    def run(
+        self,
+        code: str,
+        *,
+        language: str | None = None,
+        context: CodeContext | str | None = None,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+        on_result: Callback | None = None,
+        on_error: Callback | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Execution:
+        """Run `code` in `context` (default: the language's default context, Python unless
+        `language` says otherwise) and return its `Execution`. `on_stdout`/`on_stderr` get an
+        `OutputMessage` per chunk as it is printed, `on_result` each `Result`, `on_error` the
+        `ExecutionError`. `timeout` (seconds) interrupts the code; the context keeps its state
+        and `error.name` is `"TimeoutError"`. `env` is set for this execution only.
+        """
+        return portal().call(
+            self._async.run(
+                code,
+                language=language,
+                context=context,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+                on_result=on_result,
+                on_error=on_error,
+                env=env,
+                timeout=timeout,
+            )
+        )
+
+    def create_context(self, *, language: str | None = None, cwd: str | None = None) -> CodeContext:
+        return portal().call(self._async.create_context(language=language, cwd=cwd))
+
+    def list_contexts(self) -> builtins.list[CodeContext]:
+        return portal().call(self._async.list_contexts())
+
+    def restart_context(self, context: CodeContext | str) -> None:
+        portal().call(self._async.restart_context(context))
+
+    def remove_context(self, context: CodeContext | str) -> None:
+        portal().call(self._async.remove_context(context))
+
+
 class Pty:
     """`AsyncPty`, synchronous: see it for what each call does."""
 
@@ -299,6 +353,7 @@ class Sandbox:
         self.files = Files(self._async.files)
         self.pty = Ptys(self._async.pty)
         self.network = Network(self._async.network)
+        self.code = Code(self._async.code)
         self.ports = Ports(self._async.ports)
 
     def __repr__(self) -> str:
@@ -485,6 +540,36 @@ class Sandbox:
             )
         )
 
+    def run_code(
+        self,
+        code: str,
+        *,
+        language: str | None = None,
+        context: CodeContext | str | None = None,
+        on_stdout: Callback | None = None,
+        on_stderr: Callback | None = None,
+        on_result: Callback | None = None,
+        on_error: Callback | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Execution:
+        """Run code in the sandbox's code interpreter (a template built `--with
+        code-interpreter`); state stays between calls. See `AsyncCode.run`.
+        """
+        return portal().call(
+            self._async.run_code(
+                code,
+                language=language,
+                context=context,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+                on_result=on_result,
+                on_error=on_error,
+                env=env,
+                timeout=timeout,
+            )
+        )
+
     def processes(self) -> builtins.list[ProcessInfo]:
         return portal().call(self._async.processes())
 
@@ -620,6 +705,12 @@ class Client:
 
     def get_template(self, name: str) -> TemplateInfo:
         return portal().call(self._async.get_template(name))
+
+    def recipes(self) -> list[dict[str, Any]]:
+        """The recipes a build can start from (`Template().with_recipe(NAME)`): name,
+        description, steps, defaults.
+        """
+        return portal().call(self._async.recipes())
 
     def delete_template(self, name: str) -> None:
         """Remove a template (one tag); refused while sandboxes or snapshots use it."""

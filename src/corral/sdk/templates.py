@@ -123,15 +123,6 @@ class _TemplateSpec:
         self._context = Path(directory).resolve()
         return self
 
-    def with_recipe(self: Self, name: str) -> Self:
-        """Add the RUN steps of a recipe (``corral.sdk.recipes``: ``dev`` gives git, build
-        tools, Node.js and the coding-agent CLIs ``claude`` and ``codex``)."""
-        from corral.sdk.recipes import recipe_steps
-
-        for command in recipe_steps(name):
-            self.run_cmd(command)
-        return self
-
     def run_cmd(self: Self, command: str | Iterable[str]) -> Self:
         value = command if isinstance(command, str) else list(command)
         self._steps.append({"kind": "run", "value": value})
@@ -160,6 +151,17 @@ class _TemplateSpec:
     def set_start_cmd(self: Self, command: str | Iterable[str]) -> Self:
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         self._options["start_cmd"] = argv
+        return self
+
+    def with_recipe(self: Self, name: str) -> Self:
+        """Start from a recipe: its readable RUN steps (before this template's own) and its
+        defaults, applied by the daemon (`client.recipes()` lists them, `src/corral/recipes/`
+        holds them): `dev` gives git, build tools, Node.js and the `claude` and `codex` CLIs;
+        `code-interpreter` makes `sandbox.run_code` work in the template's sandboxes. An
+        unknown name is refused by the build, naming the known ones."""
+        recipes = self._options.setdefault("recipes", [])
+        if name not in recipes:
+            recipes.append(name)
         return self
 
     def set_insecure(self: Self, insecure: bool = True) -> Self:

@@ -45,15 +45,17 @@ class Event:
         return {k: v for k, v in data.items() if v not in (None, {})}
 
 
-def sandbox_event_kind(before: str | None, record: SandboxRecord) -> str | None:
-    """The event a change of ``record`` from state ``before`` is, or None (no state change)."""
-    if before is None:
+def sandbox_event_kind(before: SandboxRecord | None, record: SandboxRecord) -> str | None:
+    """The event a change from ``before`` to ``record`` is, or None (no state change). A
+    sandbox claimed from a template's ready pool is ``created`` for its new owner."""
+    if before is None or (before.pooled and not record.pooled):
         return "created"
-    if before == record.state:
+    before_state = before.state
+    if before_state == record.state:
         return None
-    if record.state == "running" and before == "parked":
+    if record.state == "running" and before_state == "parked":
         return "woken"
-    if record.state == "running" and record.parent_id and before == "creating":
+    if record.state == "running" and record.parent_id and before_state == "creating":
         return "forked"
     return record.state if record.state in _STATE_KINDS else None
 
@@ -129,7 +131,7 @@ class EventBus:
         elif not loop.is_closed():
             loop.call_soon_threadsafe(self.publish, event)
 
-    def sandbox_changed(self, before: str | None, record: SandboxRecord) -> None:
+    def sandbox_changed(self, before: SandboxRecord | None, record: SandboxRecord) -> None:
         """The store's change listener: publish what the change means, if anything."""
         if record.pooled:
             return

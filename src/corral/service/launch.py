@@ -190,6 +190,8 @@ class Launcher:
                             cwd=template.workdir,
                             user=template.user,
                             tag="start",
+                            # recipes' servers (the code interpreter) are kept running
+                            restart=template.labels.get("corral.start.restart") == "always",
                         ).to_wire()
                     )
             except BaseException as exc:

@@ -167,6 +167,7 @@ class ExecSpec:
     user: str | None = None
     tag: str | None = None
     timeout: float | None = None
+    restart: bool | None = None  # restarted by the agent whenever it exits
 
     def to_wire(self) -> dict[str, object]:
         """The agent's JSON body: the fields that are set (the agent reads an absent field and
@@ -178,6 +179,7 @@ class ExecSpec:
             "user": self.user,
             "tag": self.tag,
             "timeout": self.timeout,
+            "restart": self.restart,
         }
         return {key: value for key, value in fields.items() if value is not None}
 

@@ -24,6 +24,7 @@ from corral.runtime.base import AgentMount, Runtime
 from corral.service.audit import AuditLog
 from corral.service.auth import ApiKeys
 from corral.service.builds import BuildService, TemplateBuilder
+from corral.service.code import CodeService
 from corral.service.console_sessions import ConsoleSessions
 from corral.service.create import SandboxCreator
 from corral.service.events import EventBus
@@ -80,6 +81,7 @@ class Workspace:
     trust: TrustService
     pools: PoolService
     services: ProjectServices
+    code: CodeService
     ports: PortService
     secrets: SecretService
     metrics: MetricsService
@@ -212,6 +214,7 @@ class Workspace:
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes, ports),
+            code=CodeService(sandboxes, wakes, activity),
             ports=ports,
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
@@ -236,6 +239,7 @@ class Workspace:
     async def stop(self) -> None:
         await self.pools.stop()
         await self.lifecycle.stop()
+        await self.code.aclose()
         await self.audit.stop()
         await self.secrets.stop()
         for hook in self.on_stop:

@@ -45,8 +45,8 @@ def _record(row: SandboxRow) -> SandboxRecord:
     )
 
 
-# Told of every committed insert or update: (the state before, None for an insert; the record).
-ChangeListener = Callable[[str | None, SandboxRecord], None]
+# Told of every committed insert or update: (the record before, None for an insert; after).
+ChangeListener = Callable[[SandboxRecord | None, SandboxRecord], None]
 
 
 class SandboxRepository:
@@ -57,7 +57,7 @@ class SandboxRepository:
         self._sessions = sessions
         self.listeners: list[ChangeListener] = []
 
-    def _changed(self, before: str | None, record: SandboxRecord) -> None:
+    def _changed(self, before: SandboxRecord | None, record: SandboxRecord) -> None:
         for listener in self.listeners:
             listener(before, record)
 
@@ -122,7 +122,7 @@ class SandboxRepository:
             row = session.get(SandboxRow, sandbox_id)
             if row is None:
                 raise KeyError(sandbox_id)
-            before = row.state
+            before = _record(row)
             for name, value in fields.items():
                 setattr(row, name, value)
             row.updated_at = time.time()

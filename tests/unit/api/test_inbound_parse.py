@@ -65,3 +65,31 @@ def test_malformed_heads_are_refused(raw: bytes) -> None:
     with pytest.raises(BadHead) as refused:
         parse_head(raw, frozenset())
     assert refused.value.status == 400
+
+
+def test_path_routed_answers_get_an_origin_of_their_own() -> None:
+    from corral.api.inbound import isolate_answer_head
+
+    head = b"\r\n".join(
+        [
+            b"HTTP/1.1 200 OK",
+            b"Content-Type: text/html",
+            b"Connection: keep-alive",
+            b"Service-Worker-Allowed: /",
+            b"Set-Cookie: corral_session=forged; Path=/",
+            b"Set-Cookie: theirs=1; Path=/",
+        ]
+    )
+    lines = isolate_answer_head(head).split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 200 OK"
+    assert b"Content-Type: text/html" in lines and b"Set-Cookie: theirs=1; Path=/" in lines
+    assert not any(b"keep-alive" in x or b"Service-Worker" in x or b"forged" in x for x in lines)
+    policy = next(x for x in lines if x.startswith(b"Content-Security-Policy: sandbox "))
+    assert b"allow-scripts" in policy and b"allow-same-origin" not in policy
+    assert lines[-1] == b"Connection: close"
+    request = parse_head(head_of(f"/sandboxes/{SBX}/ports/8080/"), frozenset())
+    assert request is not None and b"Connection: close" in request.upstream_head(None)
+
+
+def head_of(target: str) -> bytes:
+    return head(target, "Host: 127.0.0.1:7070", "Connection: keep-alive")

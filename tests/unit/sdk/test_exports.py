@@ -15,7 +15,7 @@ import corral
 import corral.sdk as sdk
 
 SYNC_TWINS = [
-    *("Client", "Files", "Keys", "Network", "Policy", "Ports", "Process", "Pty", "Ptys"),
+    *("Client", "Code", "Files", "Keys", "Network", "Policy", "Ports", "Process", "Pty", "Ptys"),
     "Sandbox",
 ]
 ASYNC_CORE = [f"Async{name}" for name in SYNC_TWINS]
@@ -33,6 +33,7 @@ def test_the_public_names() -> None:
             *("TooLarge", "UntrustedExport", "PolicyDenied", "QuotaExceeded", "RateLimited"),
             *("ApiKeyInfo", "AuditEntry", "Event", "WorkspacePolicy"),
             *("Capacity", "ExecResult", "FileInfo", "ImportResult", "NetworkChange"),
+            *("CodeContext", "Execution"),
             *("NetworkPolicy", "PortInfo", "ProcessEvent", "ProcessInfo", "ProjectServiceInfo"),
             *("ResourceUsage", "SandboxInfo", "SandboxOptions", "SecretAuditEntry"),
             "SandboxMetrics",

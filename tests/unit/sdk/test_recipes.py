@@ -1,27 +1,12 @@
-"""Recipes are plain RUN steps a user can read: ``--with dev`` adds them before ``--run``."""
+"""`Template.with_recipe` names recipes for the daemon to apply (before every other step)."""
 
 from __future__ import annotations
 
-import pytest
-
-from corral.sdk.recipes import RECIPES, recipe_steps
 from corral.sdk.templates import Template
 
 
-def test_dev_adds_its_run_steps_before_the_users_own() -> None:
-    body = Template().from_image("base").with_recipe("dev").run_cmd("echo mine").body("dev")
-    runs = [step["value"] for step in body["steps"] if step["kind"] == "run"]
-    assert runs == [*RECIPES["dev"], "echo mine"]
-    joined = " ".join(RECIPES["dev"])
-    for tool in ("git", "build-essential", "nodejs", "@anthropic-ai/claude-code", "@openai/codex"):
-        assert tool in joined
-    assert (
-        RECIPES["dev"][-1]
-        == "git --version && node --version && claude --version && codex --version"
-    )
-
-
-def test_an_unknown_recipe_names_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown recipe 'gpu': known are dev"):
-        recipe_steps("gpu")
-    assert recipe_steps(" DEV ") == RECIPES["dev"]
+def test_with_recipe_asks_the_daemon_for_each_recipe_once() -> None:
+    spec = Template().from_image("base").with_recipe("dev").with_recipe("code-interpreter")
+    body = spec.with_recipe("dev").run_cmd("echo mine").body("dev")
+    assert body["recipes"] == ["dev", "code-interpreter"]
+    assert [step["value"] for step in body["steps"]] == ["echo mine"]

@@ -14,28 +14,30 @@ ALICE = Principal("k-alice", "alice", "member")
 BOB = Principal("k-bob", "bob", "member")
 
 
-def record(state: str, parent: str | None = None) -> SandboxRecord:
+def record(state: str, parent: str | None = None, pooled: bool = False) -> SandboxRecord:
     return SandboxRecord(
         id="sb-1", state=state, template="base", cpu=1, memory_mib=256, disk_mib=512,
-        parent_id=parent, owner="k-alice",
+        parent_id=parent, owner="k-alice", pooled=pooled,
     )  # fmt: skip
 
 
 def test_each_transition_is_named() -> None:
     assert sandbox_event_kind(None, record("creating")) == "created"
-    assert sandbox_event_kind("creating", record("running")) == "running"
-    assert sandbox_event_kind("creating", record("running", parent="sb-0")) == "forked"
-    assert sandbox_event_kind("running", record("parked")) == "parked"
-    assert sandbox_event_kind("parked", record("running")) == "woken"
-    assert sandbox_event_kind("running", record("killed")) == "killed"
-    assert sandbox_event_kind("running", record("error")) == "error"
-    assert sandbox_event_kind("running", record("running")) is None  # no state change
+    assert sandbox_event_kind(record("creating"), record("running")) == "running"
+    assert sandbox_event_kind(record("creating"), record("running", parent="sb-0")) == "forked"
+    assert sandbox_event_kind(record("running"), record("parked")) == "parked"
+    assert sandbox_event_kind(record("parked"), record("running")) == "woken"
+    assert sandbox_event_kind(record("running"), record("killed")) == "killed"
+    assert sandbox_event_kind(record("running"), record("error")) == "error"
+    assert sandbox_event_kind(record("running"), record("running")) is None  # no change
+    # Claimed from a ready pool: new to its owner.
+    assert sandbox_event_kind(record("running", pooled=True), record("running")) == "created"
 
 
 async def test_subscribers_see_what_their_key_may_see_and_build_progress(tmp_path: Path) -> None:
     bus = EventBus()
     streams = {p.name: bus.subscribe(p) for p in (ADMIN, ALICE, BOB)}
-    bus.sandbox_changed("running", record("parked"))
+    bus.sandbox_changed(record("running"), record("parked"))
     handle = BuildHandle("py", tmp_path / "py.ndjson")
     handle.on_progress = lambda event: bus.build_progress("py", "k-bob", event)
     await handle.emit({"type": "step", "index": 0, "text": "RUN true"})

@@ -99,6 +99,7 @@ async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Respo
             step_timeout=body.step_timeout,
             build_disk_mib=body.build_disk_mib,
             network=body.network,
+            recipes=body.recipes,
             shared=body.shared,
         )
     )

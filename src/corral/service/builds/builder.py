@@ -362,6 +362,10 @@ class TemplateBuilder:
             return config, 0
         if kind == "run":
             return config, await self._run(client, step, config, plan, handle, index)
+        if kind == "file":  # from a recipe (service/templates/recipes.py), never from a request
+            spec: dict[str, Any] = step.value  # type: ignore[assignment]
+            await client.write_file(spec["path"], spec["data"], mode=spec["mode"], parents=True)
+            return config, 0
         raise BuildFailed(f"step {index}: unknown step kind {kind!r}", index=index)
 
     async def _run(

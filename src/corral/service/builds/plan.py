@@ -43,6 +43,7 @@ class BuildRequest:
     build_disk_mib: int | None = None
     network: str | None = None
     shared: bool | None = None  # None: as before for a rebuild, else an admin's are shared
+    recipes: list[str] = field(default_factory=list)  # templates/recipes.py: before the steps
 
 
 class BuildFailed(Exception):

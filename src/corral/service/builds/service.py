@@ -23,6 +23,7 @@ from typing import Any
 
 from corral.config import Settings
 from corral.images.context import ContextError, resolve_import
+from corral.images.host_packages import host_package_settings
 from corral.images.oci import ImageSource, parse_source
 from corral.images.steps import DockerfileError, parse_dockerfile
 from corral.service import access
@@ -32,6 +33,7 @@ from corral.service.builds.plan import BuildFailed, BuildPlan, BuildRequest
 from corral.service.errors import InvalidRequest, NotFound, StateConflict
 from corral.service.pools import PoolService
 from corral.service.templates import TemplateService, canonical_name
+from corral.service.templates.recipes import expand
 from corral.service.templates.service import check_name
 from corral.service.warm import WarmService
 from corral.storage import TemplateRecord
@@ -124,6 +126,7 @@ class BuildService:
             base_text = parsed.base
             steps = parsed.steps + steps
         base_text = base_text or "base"
+        recipe_defaults = None
         for step in steps:
             if step.kind not in (
                 "run",
@@ -136,6 +139,9 @@ class BuildService:
                 "entrypoint",
             ):
                 raise InvalidRequest(f"unknown build step {step.kind!r}")
+        if request.recipes:
+            recipe_defaults = expand(request.recipes, host_package_settings())
+            steps = recipe_defaults.steps + steps + recipe_defaults.cleanup
         base = None
         source = None
         label = None
@@ -181,6 +187,14 @@ class BuildService:
         def pick(value: object, fallback: object) -> object:
             return fallback if value is None else value
 
+        if recipe_defaults is not None:  # a recipe's defaults, unless the request sets them
+            inherited = replace(
+                inherited,
+                memory_mib=max(inherited.memory_mib, recipe_defaults.memory_mib or 0),
+                start_cmd=recipe_defaults.start or inherited.start_cmd,
+                warmup=recipe_defaults.warmup or inherited.warmup,
+            )
+
         template = replace(
             inherited,
             name=name,
@@ -192,7 +206,7 @@ class BuildService:
             max_disk_mib=pick(request.max_disk_mib, inherited.max_disk_mib),  # type: ignore[arg-type]
             start_cmd=pick(request.start_cmd, inherited.start_cmd),  # type: ignore[arg-type]
             warmup=pick(request.warmup, inherited.warmup),  # type: ignore[arg-type]
-            warm=request.warm,
+            warm=request.warm or bool(recipe_defaults and recipe_defaults.warm),
             pool=request.pool,
             owner=existing.owner if existing else access.new_owner(),
             shared=self._sharing(request.shared, existing),
