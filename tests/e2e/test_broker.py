@@ -18,12 +18,20 @@ import subprocess
 import tarfile
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from corral import Client, Sandbox
-from tests.e2e.conftest import Daemon, leftover_namespaces, start_daemon, stop_daemon
+from tests.e2e.conftest import (
+    Daemon,
+    free_port,
+    free_subnet,
+    leftover_namespaces,
+    start_daemon,
+    stop_daemon,
+)
 from tests.e2e.secretlab import Lab, daemon_env, secret_lab
 
 VALUE = "live-" + secrets.token_hex(12)
@@ -37,19 +45,35 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield made
 
 
+@dataclass
+class Place:
+    """Where the module's daemon lives, so that a restart can come back to the same place."""
+
+    data_dir: Path
+    prefix: str
+    subnet: str
+    port: int
+
+
 @pytest.fixture(scope="module")
-def brokerd(tmp_path_factory: pytest.TempPathFactory, lab: Lab) -> Iterator[Daemon]:
-    prefix = "cb" + secrets.token_hex(2)
+def place(tmp_path_factory: pytest.TempPathFactory) -> Place:
     data_dir = tmp_path_factory.mktemp("brokerd") / "data"
-    daemon = start_daemon(data_dir, prefix, extra_env=daemon_env(lab))
+    return Place(data_dir, "cb" + secrets.token_hex(2), free_subnet(), free_port())
+
+
+@pytest.fixture(scope="module")
+def brokerd(place: Place, lab: Lab) -> Iterator[Daemon]:
+    daemon = start_daemon(
+        place.data_dir, place.prefix, place.subnet, place.port, extra_env=daemon_env(lab)
+    )
     try:
         yield daemon
     finally:
         stop_daemon(daemon)
-        left = leftover_namespaces(prefix)
+        left = leftover_namespaces(place.prefix)
         for name in left:
             if name.startswith("nft:"):
-                subprocess.run(["nft", "delete", "table", "inet", prefix], check=False)
+                subprocess.run(["nft", "delete", "table", "inet", place.prefix], check=False)
             else:
                 subprocess.run(["ip", "netns", "del", name], check=False)
         assert not left, f"namespaces left behind: {left}\n{daemon.log()[-4000:]}"
@@ -323,3 +347,24 @@ def test_rotation_and_revocation_apply_to_the_running_sandbox(
     placeholder = sh(sbx, 'printf %s "$API_TOKEN"')
     sh(sbx, 'curl -sSk -H "X-Key: $API_TOKEN" https://api.sec.test/revoked')
     assert saw(lab.last("/revoked"), "x-key") == placeholder
+
+
+def test_a_restarted_daemon_brokers_for_the_sandboxes_it_adopts(
+    brokerd: Daemon, place: Place, sbx: Sandbox, lab: Lab
+) -> None:
+    """The CA, the sealed values and the bindings are on disk: after a restart the running
+    sandbox's trust store still matches and its placeholder still works."""
+    stop_daemon(brokerd, kill_sandboxes=False)
+    again = start_daemon(
+        place.data_dir, place.prefix, place.subnet, place.port, extra_env=daemon_env(lab)
+    )
+    brokerd.process = again.process  # the module's fixture stops this one at the end
+    assert sbx.info().state == "running"
+    sh(sbx, 'curl -sS -H "X-Key: $AWS_ACCESS_KEY_ID" https://s3.sec.test/restart-unbound')
+    assert "corral-ph-" in saw(lab.last("/restart-unbound"), "x-key")  # AWS is re-signed only
+    out = sh(
+        sbx,
+        'curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" '
+        '--user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" https://s3.sec.test/bucket/after',
+    )
+    assert out == "verified\n"

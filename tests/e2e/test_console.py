@@ -317,7 +317,10 @@ def test_keys_policy_audit_and_what_member_and_viewer_keys_see(
             nav = other.get_by_role("navigation")
             expect(nav).to_contain_text(role)
             expect(nav.get_by_role("link", name="Keys")).to_have_count(0)
-            expect(nav.get_by_role("link", name="Policy")).to_have_count(0)
+            expect(nav.get_by_role("link", name="Audit log")).to_have_count(0)
+            other.goto(f"{daemon.url}/console/#/policy")  # readable, not changeable
+            expect(other.get_by_label("Max vCPU per sandbox")).to_be_disabled()
+            expect(other.get_by_role("button", name="Save policy")).to_have_count(0)
             other.goto(f"{daemon.url}/console/#/sandboxes")
             expect(other.get_by_text("shown")).to_be_visible()
             if role == "member":

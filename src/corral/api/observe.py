@@ -49,43 +49,56 @@ class Observe:
         started = time.perf_counter()
         status = 500
         error_body = bytearray()
+        done = False
+
+        def finish() -> None:
+            """Count and audit the answer, once: before its last byte leaves (so a caller that
+            has the answer finds its entry), or when the request ends without one."""
+            nonlocal done
+            if done:
+                return
+            done = True
+            route = scope.get("route")
+            operation = getattr(route, "operation_id", None) or getattr(route, "name", None)
+            self.metrics.observe(operation or "unmatched", status, time.perf_counter() - started)
+            code = error_code(status, bytes(error_body)) if status >= 400 else ""
+            if code:
+                self.metrics.error(code)
+            method = scope.get("method", "GET")
+            path = scope.get("path", "")
+            if path in UNAUDITED_PATHS or (method in READ_ONLY and status not in REFUSED):
+                return
+            self.audit.record(
+                entry(
+                    principal=note.principal,
+                    action=operation or f"{method} {path}",
+                    method=method,
+                    path=path,
+                    target=target_of(scope) or note.target,
+                    status=status,
+                    result=code or "ok",
+                    source=source_of(scope),
+                    detail=message_of(bytes(error_body)) if code else note.detail,
+                )
+            )
 
         async def watching_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-            elif message["type"] == "http.response.body" and status >= 400:
-                room = MAX_ERROR_BODY - len(error_body)
-                error_body.extend(message.get("body", b"")[: max(0, room)])
+            elif message["type"] == "http.response.body":
+                if status >= 400:
+                    room = MAX_ERROR_BODY - len(error_body)
+                    error_body.extend(message.get("body", b"")[: max(0, room)])
+                if not message.get("more_body", False):
+                    finish()
             await send(message)
 
         try:
             await self.app(scope, receive, watching_send)
         finally:
             access.reset(token)
-            elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            operation = getattr(route, "operation_id", None) or getattr(route, "name", None)
-            self.metrics.observe(operation or "unmatched", status, elapsed)
-            code = error_code(status, bytes(error_body)) if status >= 400 else ""
-            if code:
-                self.metrics.error(code)
-            method = scope.get("method", "GET")
-            path = scope.get("path", "")
-            if path not in UNAUDITED_PATHS and (method not in READ_ONLY or status in REFUSED):
-                self.audit.record(
-                    entry(
-                        principal=note.principal,
-                        action=operation or f"{method} {path}",
-                        method=method,
-                        path=path,
-                        target=target_of(scope) or note.target,
-                        status=status,
-                        result=code or "ok",
-                        source=source_of(scope),
-                        detail=message_of(bytes(error_body)) if code else note.detail,
-                    )
-                )
+            finish()
 
 
 def target_of(scope: Scope) -> str | None:

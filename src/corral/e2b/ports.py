@@ -5,8 +5,11 @@ The E2B SDKs address a port with ``E2b-Sandbox-Id`` / ``E2b-Sandbox-Port`` heade
 sends such requests here after checking the sandbox's envd access token (``X-Access-Token``) or
 its traffic access token (``E2B-Traffic-Access-Token``). The request goes as HTTP to the port at
 the sandbox's address (``PortService.resolve_inbound``: a parked sandbox with auto-wake wakes),
-its body and the answer streamed both ways. Host names ``PORT-ID.<domain>`` of ports are the
-daemon's inbound proxy's (corral's open ports, ``corral port open``), before any ASGI app.
+its body and the answer streamed both ways; when the client goes away, so does the connection
+to the port (the code interpreter then interrupts the code it runs). The request counts as
+activity while open (an idle sandbox is not frozen under it). Host names ``PORT-ID.<domain>``
+of ports are the daemon's inbound proxy's (corral's open ports, ``corral port open``), before
+any ASGI app.
 
 The sandbox's credentials (``X-Access-Token``, ``E2B-Traffic-Access-Token``), a corral API key
 (``X-API-Key``), the routing headers and hop-by-hop headers are not passed on; everything else
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import anyio
 import httpx
 from starlette.types import Receive, Scope, Send
 
@@ -99,31 +103,53 @@ class PortForwarder:
         request = client.build_request(
             scope["method"], url, headers=headers, content=_body(receive)
         )
-        try:
-            upstream = await client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            why = str(exc) or type(exc).__name__
-            await answer(send, 502, f"port {port} of sandbox {sandbox_id} did not answer: {why}")
+        with self._ws.ports.activity(sandbox_id):  # not frozen while the request is open
+            try:
+                upstream = await client.send(request, stream=True)
+            except httpx.HTTPError as exc:
+                why = str(exc) or type(exc).__name__
+                await answer(
+                    send, 502, f"port {port} of sandbox {sandbox_id} did not answer: {why}"
+                )
+                return
+            try:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(_cancel_on_disconnect, receive, tasks.cancel_scope)
+                    await _relay(upstream, send)
+                    tasks.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await upstream.aclose()
+
+
+async def _relay(upstream: httpx.Response, send: Send) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": upstream.status_code,
+            "headers": [
+                (k.encode("latin-1"), v.encode("latin-1"))
+                for k, v in upstream.headers.multi_items()
+                if k.lower() not in ANSWER_DROPPED
+            ],
+        }
+    )
+    try:
+        async for chunk in upstream.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except httpx.HTTPError:
+        pass  # the port closed mid-answer: the answer ends there
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    """When the client goes away, stop relaying and close the upstream connection, so the
+    server in the sandbox sees it go too (the code interpreter then interrupts the code)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
             return
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": upstream.status_code,
-                    "headers": [
-                        (k.encode("latin-1"), v.encode("latin-1"))
-                        for k, v in upstream.headers.multi_items()
-                        if k.lower() not in ANSWER_DROPPED
-                    ],
-                }
-            )
-            async for chunk in upstream.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        except httpx.HTTPError:  # the port closed mid-answer: end the answer there
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            await upstream.aclose()
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:

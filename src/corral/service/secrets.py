@@ -25,6 +25,7 @@ import logging
 import re
 import secrets
 import string
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -115,6 +116,7 @@ class SecretService:
         self._audit: builtins.list[SecretAuditRecord] = []
         self._used: dict[str, float] = {}
         self._flusher: asyncio.Task[None] | None = None
+        self._writing = threading.Lock()
 
     # -- the store ---------------------------------------------------------------------------
     def list(self) -> builtins.list[SecretRecord]:
@@ -381,6 +383,12 @@ class SecretService:
         return entries, used
 
     def _write(self, entries: builtins.list[SecretAuditRecord], used: dict[str, float]) -> None:
+        """(Any thread.) Under ``_writing``: a reader that flushes first also waits for a batch
+        the background flusher has taken but not yet written."""
+        with self._writing:
+            self._write_now(entries, used)
+
+    def _write_now(self, entries: builtins.list[SecretAuditRecord], used: dict[str, float]) -> None:
         if entries:
             self.db.secrets.audit(entries, AUDIT_KEEP)
         if used:
