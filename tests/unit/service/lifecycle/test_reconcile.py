@@ -18,10 +18,11 @@ async def checkpointed(fakes: Fakes, record: SandboxRecord, *, seal: bool) -> No
     the runtime stopped as checkpointed, the record running/parking."""
     ws = fakes.workspace
     partial, final = park_paths(ws.lifecycle.parked_dir, record.id)
+    # As a park does: the operation first, so the monitor's death check leaves it alone.
+    ws.db.sandboxes.update(record.id, operation=Operation.PARKING)
     await ws.sandboxes.live.checkpoint(record.id, partial, leave_running=False)
     if seal:
         seal_image(partial, final, root=ws.lifecycle.parked_dir)
-    ws.db.sandboxes.update(record.id, operation=Operation.PARKING)
 
 
 async def test_running_and_alive_is_adopted(fakes: Fakes) -> None:
