@@ -9,7 +9,11 @@
 - host memory per sandbox: PSS and USS of every sandbox's host processes beside raw runsc
   containers (`sleep`, same base image and platform) measured at the same moment;
 - exec round trip of `true` into EVERY sandbox at N (each must work) vs unloaded (the first
-  sandbox, timed before the others existed).
+  sandbox, timed before the others existed);
+- idle freezing: host CPU of the same N sandboxes while running idle, then once the daemon has
+  frozen them all (``--freeze-after`` seconds without a call), beside N raw runsc sandboxes
+  (`sleep`) over a window of the same length, and the exec round trip into a frozen sandbox
+  (thaw included).
 ``--parked M`` sandboxes, each created and parked at once (so only a few run at a time): park
 time, disk used per parked sandbox (blocks of the daemon's data dir, before vs after), and the
 wake time and a working exec for a sample of them.
@@ -26,6 +30,7 @@ memory, not vCPUs; each sandbox gets min(1, vCPUs / N) vCPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -213,6 +218,63 @@ def idle_window(fleet: Fleet, daemon_pid: int, seconds: float) -> tuple[float, f
     return (busy1 - busy0) / max(1, total1 - total0), sum(used.values()) / elapsed, daemon_cores
 
 
+def idle_cores(tokens: list[str], seconds: float) -> float:
+    """Cores used over ``seconds`` by the host processes of ``tokens`` (their trees, united)."""
+    pids = sorted({pid for tree in process_trees(tokens).values() for pid in tree})
+    before = process_cpu_s(pids)
+    started = time.perf_counter()
+    time.sleep(seconds)
+    after = process_cpu_s(pids)
+    elapsed = time.perf_counter() - started
+    return sum(after[pid] - before[pid] for pid in after if pid in before) / elapsed
+
+
+def frozen_count(fleet: Fleet) -> int:
+    return sum(1 for sbx in list(fleet.live.values()) if sbx.info().frozen)
+
+
+def freezing(fleet: Fleet, args: argparse.Namespace, daemon_pid: int, running_cores: float) -> None:
+    """Wait until the daemon froze every sandbox; their host CPU then, beside N raw runsc."""
+    n = len(fleet.live)
+    started = time.perf_counter()
+    deadline = started + args.freeze_after + 120
+    while (frozen := frozen_count(fleet)) < n and time.perf_counter() < deadline:
+        time.sleep(1)
+    waited = time.perf_counter() - started
+    _, frozen_cores, daemon_cores = idle_window(fleet, daemon_pid, args.idle_window)
+    thaws = []
+    for sbx in list(fleet.live.values())[: min(n, 20)]:
+        thaws.append(ms_of(lambda: sbx.exec(["true"], timeout=30))[1])  # noqa: B023
+    raw = RawRunsc()
+    raw_ids: list[str] = []
+    try:
+        raw_ids = [raw.start_idle() for _ in range(n)]
+        time.sleep(3)  # as the corral ones: settled before the window
+        raw_cores = idle_cores(raw_ids, args.idle_window)
+    finally:
+        for cid in raw_ids:
+            raw.delete(cid)
+        raw.close()
+    thaw = Figures(f"exec into a frozen sandbox (thaw), {len(thaws)}", thaws)
+    print()
+    print(
+        f"idle freezing (after {args.freeze_after:.0f} s without a call): {frozen} of {n} frozen"
+        f" {waited:.0f} s after the last call"
+    )
+    header = "host CPU over an idle window, % of one core"
+    print(f"{header:52} {'all N':>8} {'each':>7} {'ratio':>7}")
+    rows = [
+        (f"{n} raw runsc sandboxes (sleep)", raw_cores),
+        (f"{n} corral sandboxes, running idle", running_cores),
+        (f"{n} corral sandboxes, frozen", frozen_cores),
+    ]
+    for name, cores in rows:
+        ratio = cores / raw_cores if raw_cores > 0 else float("nan")
+        print(f"  {name:50} {cores * 100:8.2f} {cores * 100 / n:7.3f} {ratio:6.2f}x")
+    print(f"  the daemon while they are frozen: {daemon_cores * 100:.2f} % of one core")
+    print(f"{thaw.name:44} p50 {thaw.p50:7.2f} ms  p99 {thaw.p99:7.2f} ms")
+
+
 def running_density(
     client: Client, fleet: Fleet, args: argparse.Namespace, cpu: float, daemon_pid: int
 ) -> None:
@@ -228,7 +290,11 @@ def running_density(
     unloaded = Figures("exec round trip, 1 sandbox", timed(lambda: first.exec(["true"]), 20))
     _, create_ms = ms_of(lambda: fleet.spawn(n - 1, make))
     time.sleep(3)  # let the last ones settle (agents finish starting)
+    for sbx in list(fleet.live.values()):  # a call to each: none is frozen in the window below
+        with contextlib.suppress(Exception):
+            sbx.exec(["true"], timeout=30)
     host_at_n, sandboxes_cores, daemon_cores = idle_window(fleet, daemon_pid, args.idle_window)
+    frozen_early = frozen_count(fleet)
 
     raw = RawRunsc()
     raw_ids: list[str] = []
@@ -284,6 +350,8 @@ def running_density(
     print(f"  the {n} sandboxes' host processes: {sandboxes_cores * 100:.1f} % of one core")
     print(f"  per idle sandbox: {per_sandbox_core:.2f} % of one core")
     print(f"  the daemon: {daemon_cores * 100:.1f} % of one core")
+    if frozen_early:
+        print(f"  (warning: {frozen_early} froze during this window; raise --freeze-after)")
     print()
     print(f"{'idle sandbox, host processes (mean)':44} {'PSS MiB':>9} {'USS MiB':>9}")
     print(f"{'raw runsc container (sleep), 2':44} {raw_pss:9.1f} {raw_uss:9.1f}")
@@ -300,6 +368,7 @@ def running_density(
     print(goal_line("memory beyond runsc own (PSS)", corral_pss - raw_pss, 10, "MiB", "issue 14"))
     if failures:
         print(f"goal exec into any of them working: {len(failures)} of {2 * n} failed: missed")
+    freezing(fleet, args, daemon_pid, sandboxes_cores)
 
 
 def parked_density(client: Client, fleet: Fleet, args: argparse.Namespace, data_dir: Path) -> None:
@@ -345,12 +414,20 @@ def main() -> None:
     parser.add_argument("--memory-mib", type=int, default=64)
     parser.add_argument("--disk-mib", type=int, default=32)
     parser.add_argument("--idle-window", type=float, default=10.0, help="seconds")
+    parser.add_argument(
+        "--freeze-after", type=float, default=45.0, help="the daemon's freeze idle seconds"
+    )
     args = parser.parse_args()
     if args.count < 0 or args.parked < 0 or args.count + args.parked == 0:
         parser.error("give --count N and/or --parked M (at least one above 0)")
     with (
         sigterm_as_interrupt(),
-        private_daemon({"CORRAL_CPU_OVERCOMMIT": "64"}) as daemon,
+        private_daemon(
+            {
+                "CORRAL_CPU_OVERCOMMIT": "64",
+                "CORRAL_FREEZE_IDLE_SECONDS": str(args.freeze_after),
+            }
+        ) as daemon,
         Client(daemon.url, daemon.key) as client,
     ):
         data_dir = daemon.data_dir / "data"

@@ -188,3 +188,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         if isinstance(daemon, Daemon):
             report.sections.append(("daemon log (tail)", daemon.log()[-6000:]))
     return report
+
+
+CODE_TEMPLATE = "ci"
+
+
+@pytest.fixture(scope="session")
+def code_template(daemon: Daemon) -> str:
+    """A template built ``--with code-interpreter`` in the session's daemon, once (the slow
+    part: pip in a build sandbox), shared by corral's and E2B's code-interpreter tests."""
+    from corral import Client
+    from corral.sdk.templates import Template
+
+    client = Client(url=daemon.url, api_key=daemon.key)
+    made = Template.build(
+        Template().with_recipe("code-interpreter"), CODE_TEMPLATE, client=client, step_timeout=1200
+    )
+    assert made.warm and made.labels["corral.interpreter.port"] == "49999"
+    return CODE_TEMPLATE

@@ -17,24 +17,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from corral import Client, Sandbox
+from corral import Sandbox
 from corral.sdk.code import OutputMessage
 from corral.sdk.errors import Conflict, CorralError, InvalidRequest, NotFound
-from corral.sdk.templates import Template
 from tests.e2e.conftest import CORRAL, Daemon
 
 TEMPLATE = "ci"
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="session")
-def code_template(daemon: Daemon) -> str:
-    client = Client(url=daemon.url, api_key=daemon.key)
-    made = Template.build(
-        Template().with_recipe("code-interpreter"), TEMPLATE, client=client, step_timeout=1200
-    )
-    assert made.warm and made.labels["corral.interpreter.port"] == "49999"
-    return TEMPLATE
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +259,66 @@ async def test_mcp_run_code_keeps_state_and_returns_plots_as_images(
         assert json.loads(failed.content[0].text)["error"]["name"] == "NameError"
         sandbox_id = json.loads(first.content[0].text)["sandbox_id"]
         await session.call_tool("kill_sandbox", {"sandbox_id": sandbox_id})
+
+
+def _e2b_settings(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = daemon.cli("e2b", "env")
+    assert out.returncode == 0, out.stderr.decode()
+    for line in out.stdout.decode().splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        monkeypatch.setenv(name, value.strip("'"))
+
+
+def test_the_official_e2b_code_interpreter_sdk_unchanged(
+    daemon: Daemon, code_template: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from e2b import NotFoundException, TimeoutException
+    from e2b_code_interpreter import Sandbox as E2bSandbox
+
+    _e2b_settings(daemon, monkeypatch)
+    sbx = E2bSandbox.create(code_template, timeout=300)
+    try:
+        first = sbx.run_code("x = 41")
+        seen: list[str] = []
+        done = sbx.run_code("print('hi'); x + 1", on_stdout=lambda m: seen.append(m.line))
+        assert done.text == "42" and seen == ["hi\n"]
+        assert done.execution_count == first.execution_count + 1  # type: ignore[operator]
+        assert done.logs.stdout == ["hi\n"]
+        failed = sbx.run_code("1 / 0")
+        assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+        plot = sbx.run_code(
+            "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
+            "import matplotlib.pyplot as plt\n"
+            "plt.figure(figsize=(2, 1), dpi=100); plt.plot([0, 1]); plt.show()"
+        )
+        assert _png_size(plot.results[0].png) == (200, 100)
+        ctx = sbx.create_code_context(cwd="/tmp", language="python")
+        assert sbx.run_code("import os; os.getcwd()", context=ctx).text == "'/tmp'"
+        assert ctx.id in [c.id for c in sbx.list_code_contexts()]
+        sbx.restart_code_context(ctx)
+        sbx.remove_code_context(ctx.id)
+        with pytest.raises(NotFoundException):
+            sbx.run_code("1", context=ctx)
+        bash = sbx.run_code("echo $GREETING", language="bash", envs={"GREETING": "hello"})
+        assert bash.logs.stdout == ["hello\n"]
+        # The SDK's own timeout: it gives up reading; the server interrupts the abandoned code
+        # and the context keeps its state.
+        with pytest.raises(TimeoutException):
+            sbx.run_code("while True:\n    pass", timeout=2)
+        assert sbx.run_code("x").text == "41"
+    finally:
+        E2bSandbox.kill(sbx.sandbox_id)
+
+
+async def test_the_official_async_e2b_code_interpreter_sdk(
+    daemon: Daemon, code_template: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from e2b_code_interpreter import AsyncSandbox as E2bAsyncSandbox
+
+    _e2b_settings(daemon, monkeypatch)
+    sbx = await E2bAsyncSandbox.create(code_template, timeout=300)
+    try:
+        await sbx.run_code("y = 'async'")
+        assert (await sbx.run_code("y.upper()")).text == "'ASYNC'"
+    finally:
+        await sbx.kill()

@@ -163,6 +163,15 @@ class Runtime(Protocol):
         """Unfreeze a paused sandbox."""
         ...
 
+    async def freeze(self, sandbox_id: str) -> None:
+        """Stop scheduling every host process of the running sandbox (cgroup freezer): it costs
+        no CPU until ``thaw``. Nothing may talk to it meanwhile (it would wait)."""
+        ...
+
+    async def thaw(self, sandbox_id: str) -> None:
+        """Undo ``freeze``; a no-op for a sandbox that is not frozen or not running."""
+        ...
+
     async def disk_usage_mib(self, sandbox_id: str) -> int:
         """MiB used on the host by the sandbox's writable layer."""
         ...

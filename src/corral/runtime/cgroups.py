@@ -2,8 +2,9 @@
 
 Every runsc container gets ``cgroupsPath = /<parent>/<container id>`` in its OCI spec; runsc
 creates the cgroup in each controller (v1) or the unified tree (v2) and removes it on
-``delete``. This module only reads OOM counters and resource usage, and removes leftovers that
-runsc did not (a crashed daemon, a failed start).
+``delete``. This module reads OOM counters and resource usage, freezes and thaws a container's
+processes (idle sandboxes), and removes leftovers that runsc did not (a crashed daemon, a
+failed start).
 """
 
 from __future__ import annotations
@@ -116,6 +117,17 @@ class SandboxCgroups:
         if memsw.exists():  # raise memory+swap first: it may never be below the memory limit
             memsw.write_text(str(limit_bytes))
         (memory / "memory.limit_in_bytes").write_text(str(limit_bytes))
+
+    def set_frozen(self, container_id: str, frozen: bool) -> None:
+        """Freeze (or thaw) every host process of the container with the cgroup freezer: a
+        frozen sandbox is not scheduled at all, gVisor's own threads included. Raises OSError
+        when the container has no freezer cgroup."""
+        rel = Path(self.parent) / container_id
+        if self.unified:
+            (self.root / rel / "cgroup.freeze").write_text("1" if frozen else "0")
+        else:
+            state = self.root / "freezer" / rel / "freezer.state"
+            state.write_text("FROZEN" if frozen else "THAWED")
 
     def remove(self, container_id: str) -> None:
         """Remove the container's cgroups if they are left (only empty cgroups can go)."""

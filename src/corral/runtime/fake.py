@@ -31,6 +31,8 @@ _VERBS = {
     "checkpoint": "checkpointing",
     "pause": "pausing",
     "resume": "resuming",
+    "freeze": "freezing",
+    "thaw": "thawing",
     "destroy": "destroying",
     "info": "inspecting",
     "cleanup": "cleaning up",
@@ -47,6 +49,7 @@ class FakeSandbox:
     disk_used_mib: int = 0
     restored_from: Path | None = None
     usage: Usage = field(default_factory=lambda: Usage(cpu_seconds=0.0, memory_bytes=0))
+    frozen: bool = False
 
 
 class FakeRuntime:
@@ -164,6 +167,16 @@ class FakeRuntime:
     async def resume(self, sandbox_id: str) -> None:
         self._enter("resume", sandbox_id)
         self._require("resume", sandbox_id, RuntimeStatus.PAUSED).status = RuntimeStatus.RUNNING
+
+    async def freeze(self, sandbox_id: str) -> None:
+        self._enter("freeze", sandbox_id)
+        self._require("freeze", sandbox_id, RuntimeStatus.RUNNING).frozen = True
+
+    async def thaw(self, sandbox_id: str) -> None:
+        self._enter("thaw", sandbox_id)
+        sbx = self.sandboxes.get(sandbox_id)
+        if sbx is not None:
+            sbx.frozen = False
 
     async def disk_usage_mib(self, sandbox_id: str) -> int:
         sbx = self.sandboxes.get(sandbox_id)

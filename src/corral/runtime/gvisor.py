@@ -261,7 +261,33 @@ class GVisorRuntime:
     async def resume(self, sandbox_id: str) -> None:
         await self._on_current(sandbox_id, "resuming", self._runsc.resume)
 
+    async def freeze(self, sandbox_id: str) -> None:
+        cid = self._current(sandbox_id, "freezing")
+        try:
+            self._cgroups.set_frozen(cid, True)
+        except OSError as exc:
+            raise RuntimeFailure(f"freezing sandbox {sandbox_id}: {exc}") from exc
+
+    async def thaw(self, sandbox_id: str) -> None:
+        record = self.paths(sandbox_id).load()
+        if record is None or record.checkpointed:
+            return
+        try:
+            self._cgroups.set_frozen(record.current_container, False)
+        except FileNotFoundError:
+            return  # its cgroup is gone: nothing of it is frozen
+        except OSError as exc:
+            raise RuntimeFailure(f"thawing sandbox {sandbox_id}: {exc}") from exc
+
+    def _current(self, sandbox_id: str, verb: str) -> str:
+        record = self.paths(sandbox_id).load()
+        if record is None or record.checkpointed:
+            raise RuntimeFailure(f"{verb} sandbox {sandbox_id}: it is not running")
+        return record.current_container
+
     async def destroy(self, sandbox_id: str) -> None:
+        with contextlib.suppress(RuntimeFailure):  # a frozen process cannot even die (cgroup v1)
+            await self.thaw(sandbox_id)
         try:
             await self._destroy(sandbox_id)
         except _FAILURES as exc:

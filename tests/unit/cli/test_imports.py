@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from corral.cli.fast import HELP_FILE, render_full_help
+
 HEAVY = ("httpx", "httpcore", "rich", "pygments", "pydantic", "fastapi", "sqlalchemy", "uvicorn")
 LOOP = ("asyncio", "anyio")
 DAEMON = ("service", "api", "runtime", "network", "images", "storage", "mcp")
@@ -29,7 +31,7 @@ _RUN = """
 import json, sys
 sys.argv = ["corral", *json.loads(sys.argv[1])]
 try:
-    from corral.cli.main import main
+    from corral.cli.fast import main
     main()
 except SystemExit as exc:
     code = exc.code
@@ -197,7 +199,26 @@ def test_exec_streams_and_exits_over_plain_http_without_httpx(tmp_path: Any, sta
     assert daemon_modules(modules) == []
     # Only the exec verb's module of the CLI is loaded, none of the other verbs'.
     verbs = sorted(m for m in modules if m.startswith("corral.cli."))
-    assert verbs == ["corral.cli._state", "corral.cli.exec", "corral.cli.main"]
+    assert verbs == ["corral.cli._state", "corral.cli.exec", "corral.cli.fast", "corral.cli.main"]
+
+
+def test_exec_and_help_without_options_import_no_typer_or_click(
+    tmp_path: Any, stand_in: str
+) -> None:
+    done, modules = run_corral(tmp_path, "exec", "sb-1", "--", "sh", "-c", "x", env=_env(stand_in))
+    assert (done.stdout, done.stderr, done.returncode) == ("hi\n", "err\n", 3)
+    assert _StandIn.requests[-1]["body"] == {"cmd": ["sh", "-c", "x"]}
+    assert imported(modules, HEAVY + LOOP + ("typer", "click")) == []
+    assert [m for m in modules if m.startswith("corral.cli.")] == ["corral.cli.fast"]
+    shown, modules = run_corral(tmp_path, "--help", env={"COLUMNS": "120"})
+    assert shown.stdout == HELP_FILE.read_text()
+    assert imported(modules, ("typer", "click")) == []
+
+
+def test_the_fast_help_is_the_full_clis_own() -> None:
+    assert HELP_FILE.read_text() == render_full_help(), (
+        "the root help changed: run `python -m corral.cli.fast --write-help`"
+    )
 
 
 def test_exec_errors_read_as_through_the_sdk(tmp_path: Any, stand_in: str) -> None:

@@ -152,6 +152,9 @@ class Reconciler:
         image_key = None
         if op == Operation.WAKING and record.image_path:
             image_key = self.live.keys.of_image(Path(record.image_path))
+        if alive:  # frozen for idleness by the daemon before
+            with contextlib.suppress(RuntimeFailure):
+                await self.runtime.thaw(record.id)
         if alive and await self.live.adopt(record, image_key):
             if info.status is RuntimeStatus.PAUSED:
                 await self.runtime.resume(record.id)

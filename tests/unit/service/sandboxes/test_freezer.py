@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from corral.runtime.base import AgentMount, Resources, RuntimeStatus, SandboxSpec
+from corral.runtime.base import AgentMount, Resources, SandboxSpec
 from corral.runtime.fake import FakeRuntime
 from corral.service.sandboxes.freezer import Freezer
 
@@ -24,8 +24,8 @@ async def running(runtime: FakeRuntime, sandbox_id: str = "sbx1") -> str:
     return sandbox_id
 
 
-async def status(runtime: FakeRuntime, sandbox_id: str) -> RuntimeStatus:
-    return (await runtime.info(sandbox_id)).status
+def frozen(runtime: FakeRuntime, sandbox_id: str) -> bool:
+    return runtime.sandboxes[sandbox_id].frozen
 
 
 async def test_freeze_then_thaw() -> None:
@@ -33,12 +33,12 @@ async def test_freeze_then_thaw() -> None:
     freezer = Freezer(runtime)
     sid = await running(runtime)
     assert await freezer.freeze(sid, lambda: True)
-    assert freezer.is_frozen(sid) and await status(runtime, sid) is RuntimeStatus.PAUSED
+    assert freezer.is_frozen(sid) and frozen(runtime, sid)
     assert not await freezer.freeze(sid, lambda: True)  # already frozen: nothing more
     await freezer.thaw(sid)
-    assert not freezer.is_frozen(sid) and await status(runtime, sid) is RuntimeStatus.RUNNING
+    assert not freezer.is_frozen(sid) and not frozen(runtime, sid)
     await freezer.thaw(sid)  # thawing a running sandbox does nothing
-    assert [verb for verb, _ in runtime.calls].count("resume") == 1
+    assert [verb for verb, _ in runtime.calls].count("thaw") == 1
 
 
 async def test_a_call_since_the_monitor_looked_keeps_it_running() -> None:
@@ -46,40 +46,40 @@ async def test_a_call_since_the_monitor_looked_keeps_it_running() -> None:
     freezer = Freezer(runtime)
     sid = await running(runtime)
     assert not await freezer.freeze(sid, lambda: False)
-    assert not freezer.is_frozen(sid) and await status(runtime, sid) is RuntimeStatus.RUNNING
+    assert not freezer.is_frozen(sid) and not frozen(runtime, sid)
 
 
 async def test_thaw_during_a_freeze_waits_and_resumes() -> None:
     runtime = FakeRuntime()
     freezer = Freezer(runtime)
     sid = await running(runtime)
-    pausing = asyncio.Event()
+    freezing_now = asyncio.Event()
     go_on = asyncio.Event()
-    real_pause = runtime.pause
+    real_freeze = runtime.freeze
 
-    async def slow_pause(sandbox_id: str) -> None:
-        pausing.set()
+    async def slow_freeze(sandbox_id: str) -> None:
+        freezing_now.set()
         await go_on.wait()
-        await real_pause(sandbox_id)
+        await real_freeze(sandbox_id)
 
-    runtime.pause = slow_pause  # type: ignore[method-assign]
+    runtime.freeze = slow_freeze  # type: ignore[method-assign]
     freezing = asyncio.create_task(freezer.freeze(sid, lambda: True))
-    await pausing.wait()
+    await freezing_now.wait()
     thawing = asyncio.create_task(freezer.thaw(sid))
     await asyncio.sleep(0)
     assert not thawing.done()  # it waits for the freeze in flight
     go_on.set()
     assert await freezing
     await thawing
-    assert not freezer.is_frozen(sid) and await status(runtime, sid) is RuntimeStatus.RUNNING
+    assert not freezer.is_frozen(sid) and not frozen(runtime, sid)
 
 
-async def test_a_sandbox_that_cannot_resume_is_not_counted_frozen() -> None:
+async def test_a_sandbox_that_cannot_thaw_is_not_counted_frozen() -> None:
     runtime = FakeRuntime()
     freezer = Freezer(runtime)
     sid = await running(runtime)
     assert await freezer.freeze(sid, lambda: True)
-    runtime.crash(sid)
+    runtime.fail_next("thaw")
     await freezer.thaw(sid)
     assert not freezer.is_frozen(sid)
     freezer.forget(sid)
