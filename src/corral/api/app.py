@@ -16,6 +16,8 @@ from corral.api.errors import AsciiJSONResponse, install_error_handlers
 from corral.api.limits import BodyLimits, BodyRule
 from corral.api.metrics import ApiMetrics
 from corral.api.observe import Observe
+from corral.api.openapi_document import OPENAPI_URL, openapi_router
+from corral.api.openapi_document import prepare as prepare_openapi
 from corral.api.routes import (
     audit,
     code,
@@ -56,8 +58,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # The OpenAPI document is built in a thread beside the workspace's start, and is ready
+        # before the listener opens (uvicorn listens once this startup is done): no request
+        # ever waits on it, nor stalls the loop for it (api/openapi_document.py).
+        document = prepare_openapi(app)
         if manage_lifespan:
             await ws.start()
+        await document
         try:
             async with mcp_http.running():
                 yield
@@ -71,9 +78,11 @@ def create_app(
         summary="Self-hosted sandboxes for AI agents",
         lifespan=lifespan,
         default_response_class=AsciiJSONResponse,
-        # The interactive docs answer only with a key (below); /openapi.json stays open.
+        # The interactive docs answer only with a key (below); /openapi.json stays open and
+        # is served from a build off the event loop (api/openapi_document.py).
         docs_url=None,
         redoc_url=None,
+        openapi_url=None,
     )
     app.state.workspace = ws
     app.state.metrics = ApiMetrics(ws)
@@ -81,6 +90,7 @@ def create_app(
     add_body_limits(app, ws.settings)
     app.add_middleware(Observe, audit=ws.audit, metrics=app.state.metrics)
     app.include_router(health.router)
+    app.include_router(openapi_router(app))
     # Every other route needs a key with the route's permission (api/permissions.py).
     authed = [Depends(authorize_route)]
     for module in (
@@ -150,7 +160,7 @@ def add_body_limits(app: FastAPI, settings: Settings) -> None:
 def docs_router(app: FastAPI) -> APIRouter:
     """``/docs`` (Swagger UI) and ``/redoc``, which need the key like every other page."""
     router = APIRouter(include_in_schema=False)
-    openapi_url = app.openapi_url or "/openapi.json"
+    openapi_url = OPENAPI_URL
 
     @router.get("/docs")
     async def swagger() -> HTMLResponse:
