@@ -27,6 +27,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from corral.daemon import SPARE_SLOTS
 from corral.network.slots import SlotNetwork
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import Resources, SandboxSpec
@@ -37,7 +38,6 @@ from corral.runtime.inject import host_agent_mount
 from corral.runtime.reaper import become_subreaper
 from corral.runtime.runsc import NetworkMode, RunscOptions, RunscRunner
 from corral.service.agent_keys import new_agent_key
-from corral.service.workspace import SPARE_SLOTS
 
 PHASES = ("lease", "prepare", "disk", "bundle", "run", "state", "ready", "echo")
 

@@ -10,7 +10,8 @@ prints) and, as the baseline, through corral's SDK doing the same:
     exec round trip           `true` in a running sandbox
     file write + read         4 KiB written and read back
     run_code round trip       `1 + 1` in a code-interpreter sandbox (e2b-code-interpreter's
-                              run_code vs corral's), when the daemon has such a template
+                              run_code vs corral's); the template is built first (its recipe's
+                              pip installs: a minute or more), unless --no-code-interpreter
 
 The two paths are taken in turn in every round, so load from elsewhere weighs on both alike.
 Sandboxes are killed after each create; the steady-state measures use one sandbox per SDK.
@@ -41,6 +42,7 @@ BLOCK = os.urandom(4096)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--no-code-interpreter", action="store_true", help="skip run_code")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     with private_daemon() as daemon:
@@ -99,7 +101,8 @@ def main() -> None:
                     rows.append((Figures(f"e2b SDK: {name}", theirs_ms), base))
             finally:
                 theirs.kill()
-        rows += run_code_rows(client, args.runs)
+        if not args.no_code_interpreter:
+            rows += run_code_rows(client, args.runs)
     load_after = os.getloadavg()[0]
     print(
         f"{args.runs} runs each, the two SDKs in turn; "
@@ -109,26 +112,23 @@ def main() -> None:
 
 
 def run_code_rows(client: corral.Client, runs: int) -> list[tuple[Figures, Figures | None]]:
-    """run_code round trips, when the daemon has a code-interpreter template and corral's SDK
-    and e2b-code-interpreter can run code; else a note and nothing."""
-    try:
-        from e2b_code_interpreter import Sandbox as CodeSandbox
-    except ImportError:
-        print("run_code: e2b-code-interpreter is not installed; skipped")
-        return []
-    if not any(t.name == "code-interpreter" for t in client.templates()):
-        print("run_code: no code-interpreter template in this daemon; skipped")
-        return []
+    """run_code round trips in a `code-interpreter` template, built here from corral's recipe."""
+    from e2b_code_interpreter import Sandbox as CodeSandbox
+
+    from corral.sdk.templates import Template
+
+    Template.build(
+        Template().with_recipe("code-interpreter"),
+        "code-interpreter",
+        client=client,
+        step_timeout=1200,
+    )
     with client.create_sandbox("code-interpreter") as mine:
-        run_code = getattr(mine, "run_code", None)
-        if run_code is None:
-            print("run_code: corral's SDK has no run_code yet; skipped")
-            return []
         theirs = CodeSandbox.create("code-interpreter", timeout=600)
         try:
             mine_ms, theirs_ms = [], []
             for i in range(runs + 2):
-                a = timed(lambda: run_code("1 + 1"), 1, warmup=0)
+                a = timed(lambda: mine.run_code("1 + 1"), 1, warmup=0)
                 b = timed(lambda: theirs.run_code("1 + 1"), 1, warmup=0)
                 if i >= 2:
                     mine_ms += a

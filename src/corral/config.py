@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)
+    # Boots (creates, wakes, restores) in flight at once; more wait their turn before they start,
+    # so that each started one gets the CPU to bring its agent up within agent_ready_timeout
+    # (0: two per host CPU).
+    max_concurrent_boots: int = Field(default=0, ge=0)
     # Egress (docs/network.md): the modes sandboxes may use (comma-separated; the first is the
     # default of `corral new`), the resolvers the sandboxes' DNS goes to (comma-separated IPv4;
     # empty: the host's /etc/resolv.conf) and the interfaces internet egress leaves by (empty:

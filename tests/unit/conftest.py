@@ -125,6 +125,12 @@ class LocalAgentRuntime:
     async def resume(self, sandbox_id: str) -> None:
         return None
 
+    async def freeze(self, sandbox_id: str) -> None:
+        return None
+
+    async def thaw(self, sandbox_id: str) -> None:
+        return None
+
     async def disk_usage_mib(self, sandbox_id: str) -> int:
         return 0
 

@@ -151,7 +151,7 @@ async def test_an_unexpected_exception_is_a_json_500(
     def broken() -> None:
         raise RuntimeError("opening /var/lib/corral/sandboxes/sb-1/console.log: I/O error")
 
-    monkeypatch.setattr(harness.workspace.sandboxes, "capacity", broken)
+    monkeypatch.setattr(harness.workspace.admission, "capacity", broken)
     app = create_app(harness.workspace, manage_lifespan=False)
     key = harness.settings.admin_key_path.read_text().strip()
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)

@@ -107,7 +107,8 @@ async def authorize_route(
 
 def sandbox_path(request: Request) -> str:
     """The ``path`` query parameter, keeping bytes that are not UTF-8 (surrogateescape)."""
-    query = request.scope.get("query_string", b"").decode("latin-1")
+    raw: bytes = request.scope.get("query_string", b"")
+    query = raw.decode("latin-1")
     for key, value in parse_qsl(query, keep_blank_values=True, errors="surrogateescape"):
         if key == "path":
             return value

@@ -37,7 +37,7 @@ class WorkspaceCollector(Collector):
         self.ws = ws
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        report = self.ws.sandboxes.capacity()
+        report = self.ws.admission.capacity()
         for name, usage, unit in (
             ("cpu", report.cpu, "vCPUs"),
             ("memory_mib", report.memory, "MiB"),

@@ -21,8 +21,8 @@ from corral.api.http_bounds import bounded_protocol
 from corral.api.inbound import InboundProxy
 from corral.at_rest import DAEMON_UMASK
 from corral.config import Settings
+from corral.daemon import open_workspace
 from corral.e2b.mount import ENVD_PORT
-from corral.service.workspace import Workspace
 
 
 class JsonFormatter(logging.Formatter):
@@ -66,7 +66,7 @@ def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None
     configure_logging(settings.log_level)
     log = logging.getLogger("corral.daemon")
     started = time.monotonic()
-    workspace = Workspace.open(settings)
+    workspace = open_workspace(settings)
     app = create_app(workspace)
     max_head = settings.http_max_head_kib * 1024
     # The E2B front serves envd's host names (49983-ID.domain) itself.

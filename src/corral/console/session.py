@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from corral.api.deps import console_session_key, get_workspace, own_origin
 from corral.service.console_sessions import COOKIE_NAME, ConsoleSession
 from corral.service.errors import InvalidRequest, Unauthorized
-from corral.storage import ApiKeyRecord
+from corral.service.records import ApiKeyRecord
 
 router = APIRouter(prefix="/console/api", include_in_schema=False)
 

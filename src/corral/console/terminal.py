@@ -32,8 +32,8 @@ from corral.service.access import Permission, acting_as, authorize
 from corral.service.auth import principal_of
 from corral.service.console_sessions import COOKIE_NAME
 from corral.service.errors import CorralError, InvalidRequest
+from corral.service.records import ApiKeyRecord
 from corral.service.workspace import Workspace
-from corral.storage import ApiKeyRecord
 
 router = APIRouter(prefix="/console/api")
 log = logging.getLogger("corral.console")

@@ -27,8 +27,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.network.policy import EgressPolicy, EgressRule, NetworkMode, PolicyError
 from corral.service.errors import InvalidRequest
+from corral.service.records import EgressPolicy, EgressRule, NetworkMode, PolicyError
 
 __all__ = ["ALL_TRAFFIC", "E2bEgress", "create_egress", "network_info", "update_egress"]
 

@@ -26,9 +26,9 @@ from corral.service.access import Permission, Principal, acting_as, authorize, m
 from corral.service.audit import current_note
 from corral.service.auth import principal_of
 from corral.service.errors import CorralError, InvalidRequest, NotFound
-from corral.service.sandboxes import CreateRequest
+from corral.service.model import CreateRequest
+from corral.service.records import SandboxRecord
 from corral.service.workspace import Workspace
-from corral.storage import SandboxRecord
 
 # What corral reports as its envd version: octet-stream uploads and stdin closing (>= 0.5.7)
 # are served; file metadata (0.6.2) and watch options (0.6.3+) are not, so the SDK refuses them.
@@ -272,7 +272,7 @@ async def create_sandbox(request: Request) -> Response:
             # E2B starts a sandbox from a snapshot by giving its id as the template.
             record = await ws.snapshots.restore(wanted.template, wanted)
         else:
-            record = await ws.sandboxes.create(wanted)
+            record = await ws.creator.create(wanted)
         return JSONResponse(created_body(record, request), status_code=201)
 
     return await guarded(run)

@@ -1,7 +1,7 @@
 """The exec wire format: the request body, the NDJSON event lines, and `OutputCollector`, which
 turns a process's events into its `ExecResult`.
 
-Standard library and `corral.sdk.models` only, so both transports (httpx, and the plain-http
+Standard library and `corral.sdk._exec_models` only, so both transports (httpx, and the plain-http
 exec stream of `corral.sdk.plainhttp`) share them.
 """
 
@@ -13,8 +13,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from corral.sdk._exec_models import ExecResult, ProcessEvent
 from corral.sdk.errors import ConnectionFailed
-from corral.sdk.models import ExecResult, ProcessEvent
 
 __all__ = [
     "EventCallback",

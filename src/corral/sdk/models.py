@@ -7,10 +7,11 @@ so a newer daemon that adds fields does not break an older SDK. `to_dict()` give
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
+
+from corral.sdk._exec_models import ExecResult, ProcessEvent, _Wire
 
 __all__ = [
     "Capacity",
@@ -32,14 +33,6 @@ __all__ = [
     "TrustedKey",
     "WriteResult",
 ]
-
-
-class _Wire:
-    """Mixin: JSON-ready dict of a dataclass."""
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = dataclasses.asdict(self)  # type: ignore[call-overload]
-        return data
 
 
 class SandboxOptions(TypedDict, total=False):
@@ -199,49 +192,6 @@ class SandboxInfo(_Wire):
             serves_as=[str(name) for name in data.get("serves_as") or []],
             brokered_secrets=[str(name) for name in data.get("brokered_secrets") or []],
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessEvent:
-    """One event of a process's stream.
-
-    `type` is start, stdout, stderr, truncated or exit; `data` holds the decoded bytes of an
-    output event; `exit_code`/`signal`/`timed_out` are set on exit; `pid` on start.
-    """
-
-    seq: int
-    type: str
-    data: bytes = b""
-    pid: int | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    timed_out: bool = False
-    dropped_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ExecResult(_Wire):
-    """The outcome of a finished command.
-
-    `exit_code` is the command's status; a command killed by a signal reports 128 + signal, like
-    a shell, and `signal` says which. `stdout`/`stderr` are the output decoded as UTF-8 (invalid
-    bytes replaced); `stdout_bytes`/`stderr_bytes` are the exact bytes. `dropped_bytes` counts
-    output the agent had to drop because its buffer was full.
-    """
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    stdout_bytes: bytes
-    stderr_bytes: bytes
-    pid: int
-    timed_out: bool = False
-    signal: int | None = None
-    dropped_bytes: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from corral.sdk._exec_models import _Wire
 from corral.sdk._http import HTTPSession
-from corral.sdk.models import _Wire
 
 __all__ = [
     "ApiKeyInfo",

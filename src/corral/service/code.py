@@ -30,7 +30,9 @@ from corral.service.errors import (
     StateConflict,
     TooLarge,
 )
+from corral.service.lifecycle.wake import WakeService
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.activity import Activity
 
 __all__ = ["CodeService"]
 
@@ -50,8 +52,10 @@ Event = dict[str, Any]
 class CodeService:
     """One keep-alive client to the sandboxes' interpreters; no state of its own."""
 
-    def __init__(self, sandboxes: SandboxService) -> None:
+    def __init__(self, sandboxes: SandboxService, wakes: WakeService, activity: Activity) -> None:
         self._sandboxes = sandboxes
+        self._wakes = wakes
+        self._activity = activity
         self._http = httpx.AsyncClient(trust_env=False, timeout=_UNARY)
 
     async def aclose(self) -> None:
@@ -75,8 +79,8 @@ class CodeService:
 
     async def _base_url(self, sandbox_id: str) -> str:
         port = self.interpreter_port(sandbox_id)
-        client = await self._sandboxes.ready_agent(sandbox_id, "run code in")
-        self._sandboxes.touch(sandbox_id)
+        client = await self._wakes.ready_agent(sandbox_id, "run code in")
+        self._activity.touch(sandbox_id)
         return client.sandbox_url(port)
 
     async def _wait_ready(self, sandbox_id: str, base: str) -> None:
@@ -238,7 +242,7 @@ class CodeService:
         buffer = b""
         ended = False
         chunks = self._chunks(sandbox_id, response)
-        with self._sandboxes.busy(sandbox_id):
+        with self._activity.busy(sandbox_id):
             try:
                 async for chunk in chunks:
                     buffer += chunk

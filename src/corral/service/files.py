@@ -11,7 +11,9 @@ from typing import Any
 
 from corral.runtime.agent_client import AgentError
 from corral.service.errors import CorralError, InvalidRequest, TooLarge
+from corral.service.lifecycle.wake import WakeService
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.live import translate_agent_error
 
 
@@ -39,8 +41,13 @@ async def _bounded(data: AsyncIterable[bytes], limit: int, sandbox_id: str) -> A
 
 
 class FileService:
-    def __init__(self, sandboxes: SandboxService) -> None:
+    """Files of running sandboxes, through their agents; a parked sandbox that asked for
+    ``auto_wake`` is woken first, and every call counts as activity for idle auto-park."""
+
+    def __init__(self, sandboxes: SandboxService, wakes: WakeService, activity: Activity) -> None:
         self._sandboxes = sandboxes
+        self._wakes = wakes
+        self._activity = activity
 
     async def _error(self, sandbox_id: str, exc: AgentError) -> CorralError:
         if getattr(exc, "status", None) is None:
@@ -48,7 +55,7 @@ class FileService:
         return translate_agent_error(sandbox_id, exc)
 
     async def read(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
-        client = await self._sandboxes.ready_agent(sandbox_id, "read files of")
+        client = await self._wakes.ready_agent(sandbox_id, "read files of")
         stream = client.read_file(check_path(path))
         try:
             first = await anext(stream)
@@ -59,7 +66,7 @@ class FileService:
             raise await self._error(sandbox_id, exc) from exc
 
         async def chunks() -> AsyncIterator[bytes]:
-            with self._sandboxes.busy(sandbox_id):
+            with self._activity.busy(sandbox_id):
                 if first:
                     yield first
                 try:
@@ -82,7 +89,7 @@ class FileService:
         """Stream ``data`` into ``path``. Bounded by the sandbox's disk: a declared ``size``
         over its free disk is refused before anything is sent, and a stream is cut off (and the
         write abandoned, the file untouched) once it passes the disk's size."""
-        client = await self._sandboxes.ready_agent(sandbox_id, "write files of")
+        client = await self._wakes.ready_agent(sandbox_id, "write files of")
         disk = self._sandboxes.get(sandbox_id).disk_mib * MIB
         if size is not None:
             used = await self._sandboxes.runtime.disk_usage_mib(sandbox_id) * MIB
@@ -93,7 +100,7 @@ class FileService:
                     "free some space or create the sandbox with a larger disk"
                 )
         try:
-            with self._sandboxes.busy(sandbox_id):
+            with self._activity.busy(sandbox_id):
                 return await client.write_file(
                     check_path(path), _bounded(data, disk, sandbox_id), mode=mode, parents=parents
                 )
@@ -101,11 +108,11 @@ class FileService:
             raise await self._error(sandbox_id, exc) from exc
 
     async def call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
-        client = await self._sandboxes.ready_agent(sandbox_id, action)
+        client = await self._wakes.ready_agent(sandbox_id, action)
         for arg in args:
             if isinstance(arg, str):
                 check_path(arg)
-        self._sandboxes.touch(sandbox_id)
+        self._activity.touch(sandbox_id)
         try:
             return await getattr(client, method)(*args)
         except AgentError as exc:

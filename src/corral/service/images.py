@@ -10,21 +10,32 @@ the next start removes. An image holds a sandbox's memory (its secrets, its agen
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
 from pathlib import Path
 
-from corral.paths import inside
+from corral.config import Settings
+from corral.paths import PathEscape, inside
+from corral.runtime.base import Runtime, RuntimeFailure
+from corral.storage import SandboxRecord
 
 __all__ = [
     "IMAGE_COMPLETE",
+    "files_mib",
     "fsync_dir",
+    "host_free_mib",
     "image_complete",
     "image_size_mib",
     "make_private",
+    "parked_dir",
+    "remove_parked_image",
     "seal_image",
+    "work_dir",
 ]
+
+log = logging.getLogger("corral.images")
 
 IMAGE_COMPLETE = ".complete"
 
@@ -73,3 +84,38 @@ def make_private(directory: Path) -> None:
             path = os.path.join(root, name)
             if not os.path.islink(path):
                 os.chmod(path, 0o600)
+
+
+def parked_dir(settings: Settings) -> Path:
+    """Where parked sandboxes' images live (``<data>/parked/<id>``)."""
+    return settings.data_dir / "parked"
+
+
+def work_dir(settings: Settings) -> Path:
+    """Scratch space for images being made (fork images, warmups); emptied at every start."""
+    return settings.data_dir / "work"
+
+
+def remove_parked_image(settings: Settings, image_path: Path | str) -> None:
+    """Remove a parked image directory, only if it lies inside the parked dir (a record's
+    stored path is never trusted to name what may be deleted)."""
+    try:
+        target = inside(parked_dir(settings), image_path)
+    except PathEscape as exc:
+        log.error("not removing image %s: %s", image_path, exc)
+        return
+    shutil.rmtree(target, ignore_errors=True)
+
+
+async def files_mib(runtime: Runtime, record: SandboxRecord) -> int:
+    """The files an image of ``record`` holds, for the space checks made before one is written:
+    its disk use as the runtime counts it, or its whole disk allowance when the runtime cannot
+    say. An image with memory takes up to ``record.memory_mib`` more."""
+    try:
+        return await runtime.disk_usage_mib(record.id)
+    except RuntimeFailure:
+        return record.disk_mib
+
+
+def host_free_mib(directory: Path) -> int:
+    return shutil.disk_usage(directory).free // (1024 * 1024)

@@ -34,9 +34,11 @@ __all__ = [
     "TRANSITIONS",
     "Action",
     "CreateRequest",
+    "ExecSpec",
     "Operation",
     "SandboxState",
     "new_sandbox_id",
+    "refuse_secrets",
     "require_state",
 ]
 
@@ -152,3 +154,43 @@ class CreateRequest:
     # Brokered secrets (docs/secrets.md): their names, and files path -> (name, template).
     secrets: list[str] = field(default_factory=list)
     secret_files: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecSpec:
+    """A process the daemon itself starts in a sandbox (a template's start command, a warmup,
+    a snapshot tool), as the agent's process API takes it (``to_wire``)."""
+
+    cmd: list[str] | None = None
+    shell: str | None = None
+    cwd: str | None = None
+    user: str | None = None
+    tag: str | None = None
+    timeout: float | None = None
+    restart: bool | None = None  # restarted by the agent whenever it exits
+
+    def to_wire(self) -> dict[str, object]:
+        """The agent's JSON body: the fields that are set (the agent reads an absent field and
+        a null one alike: its default)."""
+        fields = {
+            "cmd": self.cmd,
+            "shell": self.shell,
+            "cwd": self.cwd,
+            "user": self.user,
+            "tag": self.tag,
+            "timeout": self.timeout,
+            "restart": self.restart,
+        }
+        return {key: value for key, value in fields.items() if value is not None}
+
+
+def refuse_secrets(record: SandboxRecord, action: str) -> None:
+    """The guard of every action that copies a sandbox's memory (fork, memory snapshot,
+    export): memory of a secret-bearing sandbox holds its secrets, which must not leave it."""
+    if record.secret_keys:
+        raise StateConflict(
+            f"cannot {action} sandbox {record.id}: it holds secrets "
+            f"({', '.join(record.secret_keys)}) in memory, and a {action} would copy them; "
+            "create a new sandbox and give it its own secrets",
+            code="secret_bearing",
+        )

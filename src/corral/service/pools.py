@@ -20,8 +20,11 @@ from corral.runtime.agent_client import AgentError
 from corral.service import access
 from corral.service.audit import note_target
 from corral.service.errors import CapacityExceeded, CorralError, NotFound
-from corral.service.model import LIVE_STATES, CreateRequest
+from corral.service.launch import Launcher
+from corral.service.model import LIVE_STATES, CreateRequest, SandboxState
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.admission import Admission
+from corral.service.sandboxes.policy import NetworkPolicies
 from corral.storage import SandboxRecord
 
 log = logging.getLogger("corral.pools")
@@ -31,8 +34,20 @@ REFILL_DELAY = 0.5
 
 
 class PoolService:
-    def __init__(self, sandboxes: SandboxService) -> None:
-        self.sb = sandboxes
+    """The ready pools of every template, and the background tasks refilling them."""
+
+    def __init__(
+        self,
+        sandboxes: SandboxService,
+        launcher: Launcher,
+        admission: Admission,
+        policies: NetworkPolicies,
+    ) -> None:
+        self.sandboxes = sandboxes
+        self.templates = sandboxes.templates
+        self.launcher = launcher
+        self.admission = admission
+        self.policies = policies
         self.db = sandboxes.db
         self._refills: dict[str, asyncio.Task[None]] = {}
         self._claim_lock = asyncio.Lock()
@@ -40,7 +55,7 @@ class PoolService:
         self._background: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        for template in self.sb.templates.list():
+        for template in self.templates.list():
             if template.pool > 0:
                 self.schedule(template.name)
 
@@ -56,7 +71,7 @@ class PoolService:
     def pooled(self, template: str) -> list[SandboxRecord]:
         return [
             r
-            for r in self.db.sandboxes.list(states={"running", "creating"})
+            for r in self.db.sandboxes.list(states={SandboxState.RUNNING, SandboxState.CREATING})
             if r.pooled and r.template == template
         ]
 
@@ -78,13 +93,13 @@ class PoolService:
         await asyncio.sleep(delay)
         while not self._stopping:
             try:
-                template = self.sb.templates.get(name)
+                template = self.templates.get(name)
             except NotFound:
                 return
             if len(self.pooled(name)) >= template.pool:
                 return
             try:
-                record = await self.sb.create(CreateRequest(template=name), pooled=True)
+                record = await self.launcher.create(CreateRequest(template=name), pooled=True)
                 await self._prime(record)
             except CapacityExceeded as exc:
                 log.warning("pool %s: cannot refill: %s", name, exc)
@@ -97,7 +112,7 @@ class PoolService:
         """Run one trivial command so the agent's exec path (its lazy imports, the control
         connection) is warm before the sandbox is handed out: its owner's first exec is then
         as fast as any other."""
-        client = self.sb.agent(record.id, "prime")
+        client = self.sandboxes.agent(record.id, "prime")
         pid: int | None = None
         with contextlib.suppress(AgentError):
             async for event in client.stream_process({"cmd": ["true"]}):
@@ -109,7 +124,7 @@ class PoolService:
     async def claim(self, request: CreateRequest) -> SandboxRecord | None:
         """A pooled sandbox made into the caller's, or None when none fits the request."""
         try:
-            template = self.sb.templates.get(request.template)
+            template = self.templates.get(request.template)
         except NotFound:
             return None
         if template.pool <= 0:
@@ -118,25 +133,27 @@ class PoolService:
             request.cpu in (None, template.cpu)
             and request.memory_mib in (None, template.memory_mib)
             and request.disk_mib in (None, template.disk_mib)
-            and self.sb.build_policy(request.network, request.allow, request.deny)
-            == self.sb.default_policy()  # pooled sandboxes run the default policy
+            and self.policies.build(request.network, request.allow, request.deny)
+            == self.policies.default()  # pooled sandboxes run the default policy
             and not request.secrets  # brokered sandboxes get the CA at boot
             and not request.secret_files
         )
         if not wanted:
             return None
-        *_, expires = self.sb.resolve(request)  # validates the rest
+        *_, expires = self.admission.resolve(request)  # validates the rest
         async with self._claim_lock:
             ready = [
-                r for r in self.pooled(template.name) if r.state == "running" and not r.operation
+                r
+                for r in self.pooled(template.name)
+                if r.state == SandboxState.RUNNING and not r.operation
             ]
             if not ready:
                 self.schedule(template.name)
                 return None
             pick = ready[0]
             note_target(pick.id)
-            async with self.sb.admission:  # a claimed sandbox counts against its key's quotas
-                self.sb.check_quotas(
+            async with self.admission.lock:  # a claimed sandbox counts against its key's quotas
+                self.admission.check_quotas(
                     self.db.sandboxes.list(states=LIVE_STATES),
                     [dataclasses.replace(pick, owner=access.new_owner(), pooled=False)],
                     "this sandbox",
@@ -160,10 +177,12 @@ class PoolService:
         self.schedule(template.name, delay=REFILL_DELAY)
         if request.env or request.secret_env:
             try:
-                await self.sb.thaw(record.id)
-                await self.sb.agent(record.id, "configure").set_env({**env, **request.secret_env})
+                await self.sandboxes.thaw(record.id)
+                await self.sandboxes.agent(record.id, "configure").set_env(
+                    {**env, **request.secret_env}
+                )
             except (AgentError, CorralError) as exc:
-                await self.sb.kill(record.id)
+                await self.sandboxes.kill(record.id)
                 log.error("pool %s: handing out %s failed: %s", template.name, record.id, exc)
                 return None
         log.info("pool %s: handed out %s", template.name, record.id)
@@ -191,5 +210,5 @@ class PoolService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for record in self.pooled(template):
-            await self.sb.kill(record.id)
+            await self.sandboxes.kill(record.id)
             self.db.sandboxes.delete(record.id)

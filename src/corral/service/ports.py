@@ -40,7 +40,10 @@ from corral.service.errors import (
     StateConflict,
     Unauthorized,
 )
+from corral.service.lifecycle.wake import WakeService
+from corral.service.model import SandboxState
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.activity import Activity
 from corral.storage import SandboxPortRecord
 
 __all__ = ["InboundTarget", "OpenPort", "PortService", "port_url_paths"]
@@ -102,8 +105,10 @@ class PortService:
     """Opens, lists and closes inbound ports; checks credentials; resolves targets.
     All methods run on the daemon's event loop; the store is the only state."""
 
-    def __init__(self, sandboxes: SandboxService) -> None:
+    def __init__(self, sandboxes: SandboxService, wakes: WakeService, activity: Activity) -> None:
         self.sb = sandboxes
+        self.wakes = wakes
+        self._activity = activity
         self.db = sandboxes.db
         self.settings = sandboxes.settings
         self._secret: bytes | None = None
@@ -176,8 +181,8 @@ class PortService:
         SandboxUnavailable when it is running but has no link yet."""
         _check_port(port)
         record = self.sb.get(sandbox_id)
-        if record.state == "parked" and record.auto_wake and self.sb.wake_hook is not None:
-            record = await self.sb.wake_hook(sandbox_id)
+        if record.state == SandboxState.PARKED and record.auto_wake:
+            record = await self.wakes.wake(sandbox_id)
         if record.state == "parked":
             raise StateConflict(
                 f"sandbox {sandbox_id} is parked and has no auto-wake: wake it first "
@@ -187,7 +192,7 @@ class PortService:
             raise StateConflict(
                 f"cannot reach port {port} of sandbox {sandbox_id} in state {record.state}"
             )
-        address = self.sb.slot_address_of(sandbox_id)
+        address = self.sb.live.slot_address_of(sandbox_id)
         if address is None:
             raise SandboxUnavailable(f"sandbox {sandbox_id} has no network link yet; try again")
         await self.sb.thaw(sandbox_id)  # before the connection is made
@@ -196,7 +201,7 @@ class PortService:
     @contextmanager
     def activity(self, sandbox_id: str) -> Iterator[None]:
         """Count an inbound connection as activity for as long as it is open."""
-        with self.sb.busy(sandbox_id):
+        with self._activity.busy(sandbox_id):
             yield
 
     # ------------------------------------------------------------------------ helpers

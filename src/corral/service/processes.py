@@ -13,15 +13,22 @@ from typing import Any
 
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.service.errors import CorralError, InvalidRequest
+from corral.service.lifecycle.wake import WakeService
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.live import translate_agent_error
 
 Event = dict[str, Any]
 
 
 class ProcessService:
-    def __init__(self, sandboxes: SandboxService) -> None:
+    """Processes of running sandboxes, through their agents; a parked sandbox that asked for
+    ``auto_wake`` is woken first, and every call counts as activity for idle auto-park."""
+
+    def __init__(self, sandboxes: SandboxService, wakes: WakeService, activity: Activity) -> None:
         self._sandboxes = sandboxes
+        self._wakes = wakes
+        self._activity = activity
         self._background: set[asyncio.Task[None]] = set()
 
     async def _error(self, sandbox_id: str, exc: AgentError) -> CorralError:
@@ -46,7 +53,7 @@ class ProcessService:
         """Start a process and return its event stream; errors to start raise before streaming."""
         self._check(spec)
         self._template_defaults(sandbox_id, spec)
-        client = await self._sandboxes.ready_agent(sandbox_id, "exec in")
+        client = await self._wakes.ready_agent(sandbox_id, "exec in")
         stream = client.stream_process(spec)
         try:
             first = await anext(stream)
@@ -56,7 +63,7 @@ class ProcessService:
 
         async def events() -> AsyncIterator[Event]:
             finished = False
-            with self._sandboxes.busy(sandbox_id):
+            with self._activity.busy(sandbox_id):
                 yield first
                 try:
                     async for event in stream:
@@ -86,8 +93,8 @@ class ProcessService:
     async def start(self, sandbox_id: str, spec: dict[str, Any]) -> int:
         self._check(spec)
         self._template_defaults(sandbox_id, spec)
-        client = await self._sandboxes.ready_agent(sandbox_id, "exec in")
-        self._sandboxes.touch(sandbox_id)
+        client = await self._wakes.ready_agent(sandbox_id, "exec in")
+        self._activity.touch(sandbox_id)
         try:
             return await client.start_process(spec)
         except AgentError as exc:
@@ -101,8 +108,8 @@ class ProcessService:
                 "a terminal takes 'cmd' (argv list, or none for the shell) and 'pty'"
             )
         self._template_defaults(sandbox_id, spec)
-        client = await self._sandboxes.ready_agent(sandbox_id, "open a terminal in")
-        self._sandboxes.touch(sandbox_id)
+        client = await self._wakes.ready_agent(sandbox_id, "open a terminal in")
+        self._activity.touch(sandbox_id)
         try:
             return await client.start_process(spec)
         except AgentError as exc:
@@ -111,7 +118,7 @@ class ProcessService:
     async def events(
         self, sandbox_id: str, pid: int, after: int, follow: bool
     ) -> AsyncIterator[Event]:
-        client = await self._sandboxes.ready_agent(sandbox_id, "read process output of")
+        client = await self._wakes.ready_agent(sandbox_id, "read process output of")
         stream = client.events(pid, after=after, follow=follow)
         try:
             first = await anext(stream)
@@ -137,8 +144,8 @@ class ProcessService:
 
     async def call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
         """Run one non-streaming agent call (list, get, stdin, close_stdin, signal, forget)."""
-        client = await self._sandboxes.ready_agent(sandbox_id, action)
-        self._sandboxes.touch(sandbox_id)
+        client = await self._wakes.ready_agent(sandbox_id, action)
+        self._activity.touch(sandbox_id)
         try:
             return await getattr(client, method)(*args)
         except AgentError as exc:

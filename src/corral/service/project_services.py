@@ -43,8 +43,8 @@ class ProjectServices:
         return self.db.project_services.list()
 
     def start(self) -> None:
-        self.sb.egress.set_services(self._mechanism())
-        self.sb.egress.set_service_router(self.route)
+        self.sb.policies.egress.set_services(self._mechanism())
+        self.sb.policies.egress.set_service_router(self.route)
 
     async def route(self, sandbox_id: str, address: str, port: int) -> tuple[str, int]:
         """Where a connection of ``sandbox_id`` to a sandbox service's ``address`` goes; raises
@@ -103,7 +103,7 @@ class ProjectServices:
             address = ipaddress.IPv4Address(match["address"])
         except ValueError:
             raise InvalidRequest(f"service target {target!r}: not an IPv4 address") from None
-        if any(address in net for net in _REFUSED) or address in self.sb.network_subnet():
+        if any(address in net for net in _REFUSED) or address in self.sb.policies.subnet():
             raise InvalidRequest(
                 f"service {name!r}: {address} is a loopback, link-local, multicast, reserved or "
                 "slot address, which no sandbox may be pointed at"
@@ -129,11 +129,11 @@ class ProjectServices:
         return tuple(ProjectService(r.name, r.address, tuple(r.ports)) for r in self.list())
 
     async def _apply(self) -> None:
-        self.sb.egress.set_services(self._mechanism())
+        self.sb.policies.egress.set_services(self._mechanism())
         for record in self.sb.list(states=["running"], include_pooled=True):
-            if self.sb.slot_index_of(record.id) is None:
+            if self.sb.live.slot_index_of(record.id) is None:
                 continue
             try:
-                await self.sb.egress.update(record.id, self.sb.policy_of(record))
+                await self.sb.policies.egress.update(record.id, self.sb.policies.of(record))
             except Exception as exc:
                 log.error("sandbox %s: applying the project's services failed: %s", record.id, exc)

@@ -21,12 +21,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from corral.config import Settings
 from corral.runtime.agent_client import AgentError
 from corral.service.errors import OperationFailed
-from corral.service.images import seal_image
-from corral.service.lifecycle import LifecycleService
-from corral.service.model import CreateRequest
+from corral.service.images import seal_image, work_dir
+from corral.service.launch import Launcher
+from corral.service.model import CreateRequest, ExecSpec
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.live import LiveSandboxes
+from corral.service.templates import TemplateService
 from corral.storage import TemplateRecord
 
 log = logging.getLogger("corral.warm")
@@ -44,10 +47,23 @@ class WarmupFailed(OperationFailed):
 
 
 class WarmService:
-    def __init__(self, sandboxes: SandboxService, lifecycle: LifecycleService) -> None:
-        self.sb = sandboxes
-        self.lifecycle = lifecycle
-        self.dir = sandboxes.settings.data_dir / "warm"
+    """Warms templates (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        templates: TemplateService,
+        sandboxes: SandboxService,
+        live: LiveSandboxes,
+        launcher: Launcher,
+    ) -> None:
+        self.settings = settings
+        self.templates = templates
+        self.sandboxes = sandboxes
+        self.live = live
+        self.launcher = launcher
+        self.dir = settings.data_dir / "warm"
+        self.work_dir = work_dir(settings)
 
     async def warm(self, template: TemplateRecord, names: list[str], emit: Emit) -> None:
         """Warm ``template`` (already committed under ``names``) and record its image."""
@@ -56,19 +72,19 @@ class WarmService:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         safe = template.name.replace(":", "@").replace("/", "_")
         final = self.dir / f"{safe}-{template.image.removeprefix('sha256:')[:12]}"
-        partial = self.lifecycle.work_dir / f"warm-{final.name}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        record = await self.sb.create(
+        partial = self.work_dir / f"warm-{final.name}.partial"
+        await asyncio.to_thread(shutil.rmtree, partial, True)
+        record = await self.launcher.create(
             CreateRequest(template=template.name, metadata={"corral.warmup": template.name}),
             cold=True,
         )
         try:
             await emit({"type": "output", "stream": "info", "data": "warming: running warmup\n"})
-            client = self.sb.agent(record.id, "warm up")
+            client = self.sandboxes.agent(record.id, "warm up")
             exit_code: int | None = None
             tail = b""
             try:
-                spec = {"shell": template.warmup, "timeout": WARMUP_TIMEOUT}
+                spec = ExecSpec(shell=template.warmup, timeout=WARMUP_TIMEOUT).to_wire()
                 async for event in client.stream_process(spec):
                     kind = event.get("type")
                     if kind in ("stdout", "stderr"):
@@ -87,17 +103,19 @@ class WarmService:
                     exit_code,
                 )
             await emit({"type": "output", "stream": "info", "data": "warming: checkpointing\n"})
-            async with self.sb.lock(record.id):
-                await self.sb.checkpoint(record.id, partial, leave_running=False)
+            async with self.sandboxes.lock(record.id):
+                await self.live.checkpoint(record.id, partial, leave_running=False)
 
             def seal() -> Path:
-                seal_image(partial, final, root=self.sb.settings.data_dir)
+                seal_image(partial, final, root=self.settings.data_dir)
                 return final
 
-            await self.sb.templates.record_warm_image(names, seal)
+            await self.templates.record_warm_image(names, seal)
             log.info("template %s: warm image at %s", template.name, final)
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.sb.kill(record.id))
-                self.sb.db.sandboxes.delete(record.id)  # an internal sandbox: leave no record
-            shutil.rmtree(partial, ignore_errors=True)
+                await asyncio.shield(self.sandboxes.kill(record.id))
+                self.sandboxes.db.sandboxes.delete(
+                    record.id
+                )  # an internal sandbox: leave no record
+            await asyncio.to_thread(shutil.rmtree, partial, True)

@@ -1,7 +1,8 @@
-"""The composition root: builds the store, mechanisms and services of one workspace.
+"""The composition root of the service: builds the store and every service of one workspace
+over the mechanisms it is given, each service handed its collaborators at construction.
 
-``Workspace.open`` wires the real mechanisms (gVisor, network slots); tests pass fakes to
-``Workspace(...)`` directly. Nothing here runs at import time.
+``corral.daemon.open_workspace`` gives it the real mechanisms (gVisor, network slots); tests give
+it fakes (``Workspace.build``). Nothing here runs at import time.
 """
 
 from __future__ import annotations
@@ -15,20 +16,26 @@ from dataclasses import dataclass, field
 from corral.at_rest import secure_data_dir
 from corral.config import Settings
 from corral.images import ImageStore
-from corral.network.base import Network, Slot
+from corral.network.base import Network
 from corral.network.broker import CertificateAuthority
 from corral.network.broker.intercept import Broker
 from corral.network.sandbox_net import EgressControl
-from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.audit import AuditLog
 from corral.service.auth import ApiKeys
-from corral.service.builds import TemplateBuilder
+from corral.service.builds import BuildService, TemplateBuilder
 from corral.service.code import CodeService
 from corral.service.console_sessions import ConsoleSessions
+from corral.service.create import SandboxCreator
 from corral.service.events import EventBus
 from corral.service.files import FileService
+from corral.service.launch import Launcher
 from corral.service.lifecycle import LifecycleService
+from corral.service.lifecycle.fork import ForkService
+from corral.service.lifecycle.monitor import Monitor
+from corral.service.lifecycle.park import ParkService
+from corral.service.lifecycle.reconcile import Reconciler
+from corral.service.lifecycle.wake import WakeService
 from corral.service.metrics import MetricsService
 from corral.service.policy import PolicyService
 from corral.service.pools import PoolService
@@ -37,6 +44,11 @@ from corral.service.processes import ProcessService
 from corral.service.project_services import ProjectServices
 from corral.service.ratelimit import RateLimiter
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.activity import Activity
+from corral.service.sandboxes.admission import Admission
+from corral.service.sandboxes.freezer import Freezer
+from corral.service.sandboxes.live import ConnectAgent, LiveSandboxes
+from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SecretService
 from corral.service.snapshots.service import SnapshotService
 from corral.service.snapshots.transfer import TransferService
@@ -48,8 +60,6 @@ from corral.storage.sealing import Sealer
 
 log = logging.getLogger("corral.workspace")
 
-SPARE_SLOTS = 2  # network slots built ahead: a create does not wait ~20 ms for its slot
-
 
 @dataclass
 class Workspace:
@@ -59,7 +69,10 @@ class Workspace:
     db: Database
     api_keys: ApiKeys
     templates: TemplateService
+    builds: BuildService
     sandboxes: SandboxService
+    admission: Admission
+    creator: SandboxCreator
     processes: ProcessService
     files: FileService
     lifecycle: LifecycleService
@@ -86,118 +99,130 @@ class Workspace:
         runtime: Runtime,
         network: Network,
         agent: AgentMount,
-        connect_agent: Callable[[str, Slot], AgentClient] | None = None,
+        connect_agent: ConnectAgent | None = None,
         egress: EgressControl | None = None,
     ) -> Workspace:
+        """Every service over the given mechanisms, each given what it uses at construction,
+        lowest first (the daemon passes the real ones, ``corral.daemon``; tests pass fakes)."""
         secure_data_dir(settings.data_dir)
         db = Database(settings.db_path)
         images = ImageStore(settings.images_dir)
         templates = TemplateService(db, images, settings)
-        sandboxes = SandboxService(
-            settings, db, runtime, network, templates, agent, connect_agent, egress
-        )
         templates.store.set_mount_points(
             [(dest, os.path.isdir(source)) for source, dest in agent.mounts]
             + [("/etc/resolv.conf", False)]  # the sandbox resolver's config (spec_for)
         )
-        templates.builder = TemplateBuilder(
-            settings, templates.store, runtime, network, agent, connect_agent
-        )
-        lifecycle = LifecycleService(sandboxes)
-        snapshots = SnapshotService(sandboxes, lifecycle)
-        warm = WarmService(sandboxes, lifecycle)
-        pools = PoolService(sandboxes)
-        trust = TrustService(db, settings.signing_key_path)
-        ports = PortService(sandboxes)
         secret_service = SecretService(
             db, Sealer(settings.secrets_key_path), CertificateAuthority(settings.broker_dir)
         )
-        sandboxes.secrets = secret_service
-        sandboxes.egress.set_broker(
+        workspace_policy = PolicyService(db, settings)
+        policies = NetworkPolicies(settings, workspace_policy, egress)
+        policies.egress.set_broker(
             Broker(
                 secret_service.authority, secret_service, upstream_ca=settings.broker_upstream_ca
             )
         )
-        sandboxes.pool_hook = pools.claim
+        admission = Admission(settings, db, runtime.name, templates, policies, workspace_policy)
+        activity = Activity()
+        freezer = Freezer(runtime)
+        live = LiveSandboxes(
+            settings, db, runtime, network, agent, policies, freezer, connect_agent
+        )
+        sandboxes = SandboxService(
+            settings,
+            db,
+            runtime,
+            templates,
+            live,
+            policies,
+            workspace_policy,
+            activity,
+            freezer,
+            secrets=secret_service,
+        )
+        launcher = Launcher(
+            db, templates, sandboxes, admission, live, policies, secrets=secret_service
+        )
+        pools = PoolService(sandboxes, launcher, admission, policies)
+        creator = SandboxCreator(launcher, pools)
+        parks = ParkService(settings, db, runtime, sandboxes, live, admission)
+        wakes = WakeService(settings, db, sandboxes, live, admission, activity)
+        forks = ForkService(
+            settings,
+            db,
+            templates,
+            sandboxes,
+            live,
+            admission,
+            policies,
+            launcher,
+            secrets=secret_service,
+        )
+        lifecycle = LifecycleService(
+            parks,
+            wakes,
+            forks,
+            Reconciler(settings, db, runtime, sandboxes, live),
+            Monitor(settings, db, sandboxes, parks, activity),
+            live,
+        )
+        snapshots = SnapshotService(
+            settings,
+            db,
+            runtime,
+            templates,
+            sandboxes,
+            live,
+            admission,
+            policies,
+            launcher,
+            creator,
+            secrets=secret_service,
+        )
+        warm = WarmService(settings, templates, sandboxes, live, launcher)
+        trust = TrustService(db, settings.signing_key_path)
+        builder = TemplateBuilder(
+            settings,
+            templates.store,
+            runtime,
+            network,
+            agent,
+            admission,
+            policies.egress,
+            connect_agent,
+        )
         events = EventBus()
         db.sandboxes.listeners.append(events.sandbox_changed)
-        templates.on_build_progress = events.build_progress
-        templates.builder.egress = sandboxes.egress
-        templates.builder.finish = warm.warm
-        templates.builder.rollback = templates.forget
-        templates.builder.hold = sandboxes.hold
-        templates.builder.unhold = sandboxes.unhold
-        templates.after_build = lambda template: pools.refresh(template.name)
+        builds = BuildService(
+            settings, templates, builder, warm, pools, on_progress=events.build_progress
+        )
+        ports = PortService(sandboxes, wakes, activity)
         return cls(
             settings=settings,
             db=db,
             api_keys=ApiKeys(db),
             templates=templates,
+            builds=builds,
             sandboxes=sandboxes,
-            processes=ProcessService(sandboxes),
-            files=FileService(sandboxes),
+            admission=admission,
+            creator=creator,
+            processes=ProcessService(sandboxes, wakes, activity),
+            files=FileService(sandboxes, wakes, activity),
             lifecycle=lifecycle,
             snapshots=snapshots,
-            transfer=TransferService(sandboxes, lifecycle, snapshots, trust),
+            transfer=TransferService(settings, sandboxes, admission, snapshots, trust),
             trust=trust,
             pools=pools,
             services=ProjectServices(sandboxes, ports),
-            code=CodeService(sandboxes),
+            code=CodeService(sandboxes, wakes, activity),
             ports=ports,
             secrets=secret_service,
             metrics=MetricsService(sandboxes),
-            policy=sandboxes.policy,
+            policy=workspace_policy,
             audit=AuditLog(db),
             events=events,
             rate_limits=RateLimiter(settings.key_rate_limit),
         )
-
-    @classmethod
-    def open(cls, settings: Settings) -> Workspace:
-        """Wire the real runtime (gVisor) and network (slots) for ``settings``."""
-        from corral.network import egress as host_egress
-        from corral.network.conflicts import check_subnet_free
-        from corral.network.sandbox_net import SlotEgressControl
-        from corral.network.slots import SlotNetwork
-        from corral.runtime.gvisor import GVisorRuntime
-        from corral.runtime.inject import host_agent_mount
-
-        check_subnet_free(settings.network_prefix, settings.network_subnet)
-        runtime = GVisorRuntime(
-            settings.sandboxes_dir,
-            runsc=settings.runsc,
-            platform=settings.runsc_platform,
-            console_kib=settings.console_log_kib,
-        )
-        uplinks: tuple[str, ...] = ()
-        if settings.egress_allowed:  # forwarding and masquerade only if some mode needs them
-            named = tuple(n.strip() for n in settings.egress_uplinks.split(",") if n.strip())
-            uplinks = named or host_egress.uplink_interfaces()
-        network = SlotNetwork(
-            prefix=settings.network_prefix,
-            subnet=settings.network_subnet,
-            spare=SPARE_SLOTS,
-            egress_uplinks=uplinks,
-        )
-        egress = SlotEgressControl(
-            network, upstreams=settings.dns_upstream_list, internet=settings.egress_allowed
-        )
-        agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
-        workspace = cls.build(settings, runtime, network, agent, egress=egress)
-
-        async def close_network() -> None:
-            await egress.close()
-            # Sandboxes left running keep their slots and the host rules that fence them in;
-            # with none left, nothing of the daemon's may stay in the host's network.
-            if network.leased:
-                await network.close_spares()
-            else:
-                await network.close()
-                runtime.close()
-
-        workspace.on_stop.append(close_network)
-        workspace.on_stop.append(workspace.templates.close)
-        return workspace
 
     async def start(self) -> None:
         self.events.bind(asyncio.get_running_loop())

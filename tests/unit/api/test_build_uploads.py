@@ -84,11 +84,11 @@ async def test_a_refused_build_drops_its_uploads_and_kinds_must_match(
 async def test_held_build_capacity_counts_until_released(
     client: httpx.AsyncClient, harness: Harness
 ) -> None:
-    sandboxes = harness.workspace.sandboxes
-    await sandboxes.hold("build:x", Resources(cpu=1, memory_mib=1024, disk_mib=100), "a build")
+    admission = harness.workspace.admission
+    await admission.hold("build:x", Resources(cpu=1, memory_mib=1024, disk_mib=100), "a build")
     reserved = (await client.get("/v1/capacity")).json()["memory"]["reserved"]
     assert reserved == 1024
     with pytest.raises(CapacityExceeded, match="a build does not fit: not enough free memory"):
-        await sandboxes.hold("build:y", Resources(cpu=1, memory_mib=4000, disk_mib=1), "a build")
-    sandboxes.unhold("build:x")
+        await admission.hold("build:y", Resources(cpu=1, memory_mib=4000, disk_mib=1), "a build")
+    admission.unhold("build:x")
     assert (await client.get("/v1/capacity")).json()["memory"]["reserved"] == 0

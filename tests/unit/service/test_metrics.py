@@ -16,7 +16,7 @@ MIB = 1024 * 1024
 
 async def test_a_running_sandbox_has_a_sample(harness: Harness) -> None:
     ws = harness.workspace
-    record = await ws.sandboxes.create(CreateRequest(memory_mib=300, cpu=1.5))
+    record = await ws.creator.create(CreateRequest(memory_mib=300, cpu=1.5))
     first = await ws.metrics.sample(record.id)
     assert (first.cpu_count, first.mem_total, first.disk_total) == (1.5, 300 * MIB, 512 * MIB)
     assert first.mem_used > 1 * MIB  # the agent process's resident memory

@@ -49,16 +49,16 @@ def test_ids_are_fixed_width() -> None:
 
 async def test_create_exec_kill_frees_capacity(harness: Harness) -> None:
     ws = harness.workspace
-    before = ws.sandboxes.capacity()
-    record = await ws.sandboxes.create(CreateRequest(memory_mib=300, cpu=1.5, env={"A": "b"}))
+    before = ws.admission.capacity()
+    record = await ws.creator.create(CreateRequest(memory_mib=300, cpu=1.5, env={"A": "b"}))
     assert record.state == "running"
-    during = ws.sandboxes.capacity()
+    during = ws.admission.capacity()
     assert during.memory.reserved == before.memory.reserved + 300
     assert during.cpu.reserved == before.cpu.reserved + 1.5
     assert await run(ws, record.id, shell="echo $A") == (0, b"b\n")
     await ws.sandboxes.kill(record.id)
     assert ws.sandboxes.get(record.id).state == "killed"
-    assert ws.sandboxes.capacity().memory.reserved == before.memory.reserved
+    assert ws.admission.capacity().memory.reserved == before.memory.reserved
     assert harness.network.leased == set()
     await ws.sandboxes.kill(record.id)  # idempotent
     with pytest.raises(StateConflict, match="killed"):
@@ -68,20 +68,20 @@ async def test_create_exec_kill_frees_capacity(harness: Harness) -> None:
 async def test_invalid_requests_name_the_limit(harness: Harness) -> None:
     ws = harness.workspace
     with pytest.raises(InvalidRequest, match=r"memory 4000 MiB is outside 64\.\.2048"):
-        await ws.sandboxes.create(CreateRequest(memory_mib=4000))
+        await ws.creator.create(CreateRequest(memory_mib=4000))
     with pytest.raises(InvalidRequest, match="cpu"):
-        await ws.sandboxes.create(CreateRequest(cpu=100))
+        await ws.creator.create(CreateRequest(cpu=100))
     with pytest.raises(NotFound, match="template 'nope'"):
-        await ws.sandboxes.create(CreateRequest(template="nope"))
+        await ws.creator.create(CreateRequest(template="nope"))
     assert ws.sandboxes.list() == []
 
 
 async def test_capacity_refusal_says_by_how_much(harness: Harness) -> None:
     ws = harness.workspace
-    a = await ws.sandboxes.create(CreateRequest(memory_mib=2048))
-    b = await ws.sandboxes.create(CreateRequest(memory_mib=1500))
+    a = await ws.creator.create(CreateRequest(memory_mib=2048))
+    b = await ws.creator.create(CreateRequest(memory_mib=1500))
     with pytest.raises(CapacityExceeded, match=r"asked for 1000 MiB, 548 of 4096 MiB free"):
-        await ws.sandboxes.create(CreateRequest(memory_mib=1000))
+        await ws.creator.create(CreateRequest(memory_mib=1000))
     assert len(ws.sandboxes.list()) == 2
     await ws.sandboxes.kill(a.id)
     await ws.sandboxes.kill(b.id)
@@ -90,7 +90,7 @@ async def test_capacity_refusal_says_by_how_much(harness: Harness) -> None:
 async def test_concurrent_creates_never_overcommit_memory(harness: Harness) -> None:
     ws = harness.workspace
     results = await asyncio.gather(
-        *(ws.sandboxes.create(CreateRequest(memory_mib=1000)) for _ in range(6)),
+        *(ws.creator.create(CreateRequest(memory_mib=1000)) for _ in range(6)),
         return_exceptions=True,
     )
     made = [r for r in results if not isinstance(r, BaseException)]
@@ -103,7 +103,7 @@ async def test_concurrent_creates_never_overcommit_memory(harness: Harness) -> N
 async def test_failed_create_leaves_nothing(harness: Harness) -> None:
     harness.runtime.fail_start = True
     with pytest.raises(OperationFailed, match="injected failure"):
-        await harness.workspace.sandboxes.create(CreateRequest())
+        await harness.workspace.creator.create(CreateRequest())
     assert harness.workspace.sandboxes.list() == []
     assert harness.network.leased == set()
     assert harness.runtime.processes == {}
@@ -111,19 +111,19 @@ async def test_failed_create_leaves_nothing(harness: Harness) -> None:
 
 async def test_dead_runtime_is_reported_not_running(harness: Harness) -> None:
     ws = harness.workspace
-    record = await ws.sandboxes.create(CreateRequest(memory_mib=128))
+    record = await ws.creator.create(CreateRequest(memory_mib=128))
     harness.runtime.crash(record.id, oom=True)
     refreshed = await ws.sandboxes.refresh(record.id)
     assert refreshed.state == "error"
     assert "out of memory" in (refreshed.error or "") and "128 MiB" in (refreshed.error or "")
-    assert ws.sandboxes.capacity().memory.reserved == 0
+    assert ws.admission.capacity().memory.reserved == 0
     with pytest.raises(StateConflict, match="error"):
         await run(ws, record.id, cmd=["true"])
 
 
 async def test_exec_of_missing_program(harness: Harness) -> None:
     ws = harness.workspace
-    record = await ws.sandboxes.create(CreateRequest())
+    record = await ws.creator.create(CreateRequest())
     with pytest.raises(ExecFailed, match="no-such-program"):
         await run(ws, record.id, cmd=["no-such-program"])
     with pytest.raises(InvalidRequest):
@@ -133,7 +133,7 @@ async def test_exec_of_missing_program(harness: Harness) -> None:
 
 async def test_ttl_kills(harness: Harness) -> None:
     ws = harness.workspace
-    record = await ws.sandboxes.create(CreateRequest(ttl_seconds=1))
+    record = await ws.creator.create(CreateRequest(ttl_seconds=1))
     deadline = time.monotonic() + 10
     while ws.sandboxes.get(record.id).state != "killed" and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
@@ -142,8 +142,8 @@ async def test_ttl_kills(harness: Harness) -> None:
 
 async def test_restart_readopts_and_cleans_interrupted(harness: Harness) -> None:
     ws = harness.workspace
-    alive = await ws.sandboxes.create(CreateRequest())
-    dead = await ws.sandboxes.create(CreateRequest())
+    alive = await ws.creator.create(CreateRequest())
+    dead = await ws.creator.create(CreateRequest())
     await ws.lifecycle.stop()
     harness.runtime.crash(dead.id)
     # A create interrupted by a crash: record in 'creating' with a runtime left behind.
@@ -152,8 +152,8 @@ async def test_restart_readopts_and_cleans_interrupted(harness: Harness) -> None
         harness.settings,
         harness.runtime,
         harness.network,
-        ws.sandboxes._agent_mount,
-        connect_agent=ws.sandboxes._connect_agent,
+        ws.sandboxes.live.agent_mount,
+        connect_agent=ws.sandboxes.live.connect_agent,
     )
     from corral.storage import SandboxRecord
 
@@ -182,7 +182,7 @@ async def test_restart_readopts_and_cleans_interrupted(harness: Harness) -> None
 
 async def test_secret_env_reaches_processes_but_not_the_boot_config(harness: Harness) -> None:
     ws = harness.workspace
-    record = await ws.sandboxes.create(
+    record = await ws.creator.create(
         CreateRequest(env={"PLAIN": "p"}, secret_env={"TOKEN": "very-secret"})
     )
     spec = harness.runtime.specs[record.id]
@@ -199,13 +199,13 @@ async def test_adopting_after_a_wake_cut_before_its_rekey_finishes_the_rekey(
     harness: Harness,
 ) -> None:
     ws = harness.workspace
-    record = await ws.sandboxes.create(CreateRequest())
-    image_key = ws.sandboxes.keys.get(record.id)
+    record = await ws.creator.create(CreateRequest())
+    image_key = ws.sandboxes.live.keys.get(record.id)
     assert image_key is not None
-    await ws.sandboxes.detach(record.id)  # as a daemon stop leaves it: the agent runs on
-    new_key = ws.sandboxes.keys.issue(record.id)  # persisted, but the agent was never told
+    await ws.sandboxes.live.detach(record.id)  # as a daemon stop leaves it: the agent runs on
+    new_key = ws.sandboxes.live.keys.issue(record.id)  # persisted, but the agent was never told
     assert new_key != image_key
-    assert await ws.sandboxes.adopt(ws.sandboxes.get(record.id), image_key)
+    assert await ws.sandboxes.live.adopt(ws.sandboxes.get(record.id), image_key)
     client = ws.sandboxes.agent(record.id, "exec")
     assert "boot_id" in await client.health()  # the agent now takes the persisted key
     assert await run(ws, record.id, shell="echo ok") == (0, b"ok\n")
@@ -213,8 +213,8 @@ async def test_adopting_after_a_wake_cut_before_its_rekey_finishes_the_rekey(
 
 async def test_list_shows_live_sandboxes_unless_all_and_prunes_ended(harness: Harness) -> None:
     ws = harness.workspace
-    live = await ws.sandboxes.create(CreateRequest(memory_mib=128))
-    gone = await ws.sandboxes.create(CreateRequest(memory_mib=128))
+    live = await ws.creator.create(CreateRequest(memory_mib=128))
+    gone = await ws.creator.create(CreateRequest(memory_mib=128))
     await ws.sandboxes.kill(gone.id)
     assert [r.id for r in ws.sandboxes.list()] == [live.id]
     assert {r.id for r in ws.sandboxes.list(include_ended=True)} == {live.id, gone.id}

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response
 
 from corral.api import schemas_access as schemas
 from corral.api.deps import WorkspaceDep
-from corral.storage import AuditEntry
+from corral.service.records import AuditEntry
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 

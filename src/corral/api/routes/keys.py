@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 from corral.api import schemas_access as schemas
 from corral.api.deps import PrincipalDep, WorkspaceDep
 from corral.service.quotas import usage_of
-from corral.storage import ApiKeyRecord
+from corral.service.records import ApiKeyRecord
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 

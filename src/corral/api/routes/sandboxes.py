@@ -12,9 +12,9 @@ from corral.api import schemas
 from corral.api.deps import SandboxesDep, WorkspaceDep
 from corral.api.routes.ports import port_schema
 from corral.service.errors import InvalidRequest
-from corral.service.sandboxes import CreateRequest
+from corral.service.model import CreateRequest
+from corral.service.records import SandboxRecord
 from corral.service.workspace import Workspace
-from corral.storage import SandboxRecord
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
@@ -77,7 +77,7 @@ async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schem
         )
     if body.snapshot is not None:
         return with_secrets(to_schema(await ws.snapshots.restore(body.snapshot, request)), ws)
-    return with_secrets(to_schema(await ws.sandboxes.create(request)), ws)
+    return with_secrets(to_schema(await ws.creator.create(request)), ws)
 
 
 def with_secrets(answer: schemas.Sandbox, ws: Workspace) -> schemas.Sandbox:

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query, Response
 
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
+from corral.service.records import SecretRecord
 from corral.service.secrets import SecretService, options_of
-from corral.storage import SecretRecord
 
 # Admin keys only: api/permissions.py (scope "secrets").
 router = APIRouter(tags=["secrets"])

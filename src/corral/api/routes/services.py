@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
 from corral.service.errors import InvalidRequest
-from corral.storage import ProjectServiceRecord
+from corral.service.records import ProjectServiceRecord
 
 # Admin keys only: api/permissions.py (scope "services").
 router = APIRouter(prefix="/v1/services", tags=["services"])

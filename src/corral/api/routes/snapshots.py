@@ -8,7 +8,7 @@ from fastapi.responses import StreamingResponse
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
 from corral.api.routes.sandboxes import to_schema
-from corral.storage import SnapshotRecord
+from corral.service.records import SnapshotRecord
 
 router = APIRouter(prefix="/v1", tags=["snapshots"])
 

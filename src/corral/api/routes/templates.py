@@ -11,10 +11,9 @@ from fastapi.responses import FileResponse
 from corral.api import schemas, schemas_access
 from corral.api.deps import WorkspaceDep
 from corral.api.streams import NDJSON, ndjson_response
-from corral.images.steps import BuildStep
-from corral.service.builds import BuildHandle
-from corral.service.templates import BuildRequest, TemplateService
-from corral.storage import TemplateRecord
+from corral.service.builds import BuildRequest
+from corral.service.records import BuildStep, TemplateRecord
+from corral.service.templates import TemplateService
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
 
@@ -75,7 +74,7 @@ async def upload_build_input(
     responses={200: {"content": {NDJSON: {}}, "description": "build events, done or failed last"}},
 )
 async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Response:
-    handle = await ws.templates.start_build(
+    handle = await ws.builds.start_build(
         BuildRequest(
             body.name,
             base=body.base,
@@ -104,7 +103,6 @@ async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Respo
             shared=body.shared,
         )
     )
-    assert isinstance(handle, BuildHandle)
     return ndjson_response(handle.events())
 
 
@@ -139,4 +137,4 @@ async def share_template(
     responses={200: {"content": {NDJSON: {}}, "description": "the last build's events"}},
 )
 async def template_logs(name: str, ws: WorkspaceDep) -> Response:
-    return FileResponse(ws.templates.logs(name), media_type=NDJSON)
+    return FileResponse(ws.builds.logs(name), media_type=NDJSON)

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response
 
 from corral.api import schemas
 from corral.api.deps import WorkspaceDep
-from corral.storage import TrustedKeyRecord
+from corral.service.records import TrustedKeyRecord
 
 # Admin keys only: api/permissions.py (scope "trust").
 router = APIRouter(prefix="/v1/trust", tags=["trust"])

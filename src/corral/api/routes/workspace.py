@@ -3,21 +3,18 @@
 from fastapi import APIRouter
 
 from corral.api import schemas
-from corral.api.deps import SandboxesDep
+from corral.api.deps import WorkspaceDep
+from corral.service.capacity import Usage
 
 router = APIRouter(prefix="/v1", tags=["workspace"])
 
 
 @router.get("/capacity", operation_id="get_capacity", response_model=schemas.Capacity)
-async def get_capacity(sandboxes: SandboxesDep) -> schemas.Capacity:
-    report = sandboxes.capacity()
+async def get_capacity(ws: WorkspaceDep) -> schemas.Capacity:
+    report = ws.admission.capacity()
 
-    def usage(u: object) -> schemas.ResourceUsage:
-        return schemas.ResourceUsage(
-            total=u.total,  # type: ignore[attr-defined]
-            reserved=u.reserved,  # type: ignore[attr-defined]
-            free=u.free,  # type: ignore[attr-defined]
-        )
+    def usage(u: Usage) -> schemas.ResourceUsage:
+        return schemas.ResourceUsage(total=u.total, reserved=u.reserved, free=u.free)
 
     return schemas.Capacity(
         cpu=usage(report.cpu),

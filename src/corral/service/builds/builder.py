@@ -1,7 +1,7 @@
 """Template builds: import a base image, run build steps in a real sandbox, commit one new layer.
 
 A build is a background task that reports build events (below) to a ``BuildHandle``
-(``build_log.py``); the API streams them and every event is also appended to the build's log
+(``log.py``); the API streams them and every event is also appended to the build's log
 (NDJSON, one file per template name, kept after the build for ``corral template logs``).
 
 Filesystem steps (RUN, COPY, WORKDIR) run in one *build sandbox*: a gVisor sandbox whose root is a
@@ -13,8 +13,8 @@ sandbox's network is the build's mode (``BuildPlan.network``, default ``internet
 any sandbox, docs/network.md), which the build's output names before the first RUN step.
 
 The host boundary: a build reads no host path a caller names. COPY sources come from the build
-context the client uploaded (``service/uploads.py``, ``service/build_copy.py``), image archives
-from an upload or the admin's import dir (``service/templates.py`` decides, before the build).
+context the client uploaded (``templates/uploads.py``, ``builds/copy.py``), image archives
+from an upload or the admin's import dir (``builds/service.py`` decides, before the build).
 
 Bounds: the build sandbox is admitted against the workspace's capacity like any sandbox (a
 reservation held from ``start_build`` to the build's end, ``hold``/``unhold``); its new layer is
@@ -58,7 +58,7 @@ from corral.images.mounts import mount_overlay, unmount
 from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout
 from corral.images.steps import BuildStep
 from corral.network.base import Network, Slot
-from corral.network.sandbox_net import EgressControl, FakeEgress
+from corral.network.sandbox_net import EgressControl
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import AgentMount, Resources, Runtime
 from corral.runtime.disk import DiskError, create_disk, remove_disk
@@ -67,9 +67,10 @@ from corral.service.builds.copy import CopyFailed, copy_sources
 from corral.service.builds.log import BuildHandle
 from corral.service.builds.plan import BuildFailed, BuildPlan
 from corral.service.builds.sandbox import BuildSandbox
+from corral.service.sandboxes.admission import Admission
 from corral.storage import TemplateRecord
 
-__all__ = ["BuildFailed", "BuildHandle", "BuildPlan", "TemplateBuilder"]
+__all__ = ["Commit", "TemplateBuilder"]
 
 log = logging.getLogger("corral.builds")
 
@@ -77,9 +78,15 @@ _ID_ALPHABET = string.ascii_lowercase + string.digits
 _AGENT_DIR = ".corral"  # the agent's mount points, made in the root by runsc; not image content
 
 
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+# Makes a finished build's records visible (and warms a warm template) before it reports done;
+# an exception fails the build.
+Commit = Callable[[list[TemplateRecord], str, Emit], Awaitable[None]]
+
+
 class TemplateBuilder:
-    """Runs builds (see the module docstring). ``commit`` is called with the finished records
-    and the new image id, under the caller's store lock, to make them visible at once."""
+    """Runs builds (see the module docstring). ``commit`` is called with the finished records,
+    the new image id and the build's event sink, to make them visible at once."""
 
     def __init__(
         self,
@@ -88,6 +95,8 @@ class TemplateBuilder:
         runtime: Runtime,
         network: Network,
         agent_mount: AgentMount,
+        admission: Admission,
+        egress: EgressControl,
         connect_agent: Callable[[str, Slot], AgentClient] | None = None,
     ) -> None:
         self.settings = settings
@@ -95,16 +104,11 @@ class TemplateBuilder:
         self.runtime = runtime
         self.network = network
         self.agent_mount = agent_mount
+        # Build sandboxes are admitted against the workspace's capacity like any sandbox, and
+        # their egress is the sandboxes' own.
+        self.admission = admission
+        self.egress = egress
         self.connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
-        self.egress: EgressControl = FakeEgress()  # the workspace gives the sandboxes' own
-        # Run after a build commits and before it reports done (warm templates); an exception
-        # fails the build and ``rollback`` removes the committed records.
-        self.finish: Callable[[TemplateRecord, list[str], Any], Awaitable[None]] | None = None
-        self.rollback: Callable[[list[str]], Awaitable[None]] | None = None
-        # Admission of build sandboxes against the workspace's capacity (wired to the sandbox
-        # service): ``hold(key, resources, what)`` raises CapacityExceeded, ``unhold(key)``.
-        self.hold: Callable[[str, Resources, str], Awaitable[None]] | None = None
-        self.unhold: Callable[[str], None] = lambda _key: None
 
     def resources(self, disk_mib: int) -> Resources:
         """What a build sandbox gets: the default cpu, at least 1 GiB memory, the build's disk."""
@@ -118,14 +122,14 @@ class TemplateBuilder:
 
     async def admit(self, plan: BuildPlan) -> None:
         """Reserve the build sandbox's resources (if the plan needs one) until the build ends."""
-        if plan.resources is None or not plan.needs_sandbox or self.hold is None:
+        if plan.resources is None or not plan.needs_sandbox:
             return
-        await self.hold(
+        await self.admission.hold(
             _hold_key(plan), plan.resources, f"the build sandbox of template {plan.template.name!r}"
         )
 
     def release(self, plan: BuildPlan) -> None:
-        self.unhold(_hold_key(plan))
+        self.admission.unhold(_hold_key(plan))
 
     # -- the base image ----------------------------------------------------------------------
     def _base_manifest(self, base: TemplateRecord) -> ImageManifest:
@@ -161,7 +165,7 @@ class TemplateBuilder:
             # Uploads live in private dirs: name them as the caller knows them.
             raise BuildFailed(str(exc).replace(str(source), label)) from exc
         finally:
-            shutil.rmtree(layout, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, layout, True)
         if not layers:
             raise BuildFailed(f"image {label} has no layers")
         return ImageManifest(
@@ -173,7 +177,7 @@ class TemplateBuilder:
         self,
         plan: BuildPlan,
         handle: BuildHandle,
-        commit: Callable[[list[TemplateRecord], str], Any],
+        commit: Commit,
     ) -> TemplateRecord | None:
         """Run ``plan``, reporting to ``handle``; returns the new template or None if it failed."""
         started = time.monotonic()
@@ -283,18 +287,7 @@ class TemplateBuilder:
             image_id = self.store.put_image(manifest)
             template = self._template(plan, config, image_id, source)
             records = [template, *(dataclasses.replace(template, name=tag) for tag in plan.tags)]
-            await commit(records, image_id)
-            if self.finish is not None and template.warm:
-                try:
-                    await self.finish(template, [r.name for r in records], handle.emit)
-                except BaseException as exc:
-                    if self.rollback is not None:
-                        with contextlib.suppress(Exception):
-                            await asyncio.shield(self.rollback([r.name for r in records]))
-                    code = getattr(exc, "exit_code", None)
-                    raise BuildFailed(
-                        f"warming the template failed: {exc}", exit_code=code
-                    ) from exc
+            await commit(records, image_id, handle.emit)
             await handle.emit(
                 {
                     "type": "done",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import posixpath
 import stat
 import tarfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -70,7 +71,7 @@ async def _put_tar(client: AgentClient, src: Path, dst: str) -> int:
     count = 0
     with tarfile.open(src, "r:*") as archive:
         for member in archive:
-            name = os.path.normpath(member.name.lstrip("/"))
+            name = posixpath.normpath(member.name.lstrip("/"))
             if name == ".." or name.startswith("../"):
                 continue
             target = os.path.join(dst, name)
@@ -99,17 +100,20 @@ async def copy_sources(
     """Copy ``value["src"]`` (paths in ``context``) to ``dst`` (absolute, in the sandbox)."""
     sources = [(str(s), _source(context, str(s))) for s in value["src"]]
     into_dir = str(value["dst"]).endswith("/") or len(sources) > 1
+    context_root = (
+        None if context is None else Path(await asyncio.to_thread(os.path.realpath, context))
+    )
     copied = 0
     for given, src in sources:
         if value.get("extract") and src.is_file() and tarfile.is_tarfile(src):
             copied += await _put_tar(client, src, dst)
         elif src.is_dir():
-            whole = context is not None and src == Path(os.path.realpath(context))
+            whole = context_root is not None and src == context_root
             for dirpath, dirs, files in os.walk(src):
-                rel = os.path.relpath(dirpath, src)
+                rel = posixpath.relpath(dirpath, src)
                 if whole and rel == ".":
                     dirs[:] = [d for d in dirs if d != CLIENT_COPY_DIR]
-                target_dir = os.path.normpath(os.path.join(dst, rel))
+                target_dir = posixpath.normpath(posixpath.join(dst, rel))
                 await client.mkdir(target_dir, parents=True)
                 for file in sorted(files):
                     target = os.path.join(target_dir, file)

@@ -33,6 +33,7 @@ class BuildHandle:
         self._events: list[Event] = []
         self._changed = asyncio.Condition()
         self.finished = False
+        self.task: asyncio.Task[None] | None = None  # the build, once started
         self._output = 0
         self._dropped = 0
         self._dropped_events = 0

@@ -1,4 +1,5 @@
-"""A validated template build (``BuildPlan``) and how a build fails (``BuildFailed``)."""
+"""A template build: what a user asks (``BuildRequest``), the validated plan (``BuildPlan``,
+made by ``BuildService.plan``) and how a build fails (``BuildFailed``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,39 @@ from corral.images.steps import BuildStep
 from corral.runtime.base import Resources
 from corral.storage import TemplateRecord
 
-__all__ = ["BuildFailed", "BuildPlan"]
+__all__ = ["BuildFailed", "BuildPlan", "BuildRequest"]
+
+
+@dataclass
+class BuildRequest:
+    """What a user asks to build (the API body, already parsed; validated by ``plan``).
+    ``context_dir`` is a host path, always refused: it is kept to say so clearly."""
+
+    name: str
+    base: str | None = None
+    steps: list[BuildStep] = field(default_factory=list)
+    dockerfile: str | None = None
+    context: str | None = None
+    context_dir: str | None = None
+    build_args: dict[str, str] = field(default_factory=dict)
+    creds: str | None = None
+    insecure: bool = False
+    cpu: float | None = None
+    memory_mib: int | None = None
+    disk_mib: int | None = None
+    max_cpu: float | None = None
+    max_memory_mib: int | None = None
+    max_disk_mib: int | None = None
+    start_cmd: list[str] | None = None
+    warmup: str | None = None
+    warm: bool = False
+    pool: int = 0
+    tags: list[str] = field(default_factory=list)
+    step_timeout: float | None = None
+    build_disk_mib: int | None = None
+    network: str | None = None
+    shared: bool | None = None  # None: as before for a rebuild, else an admin's are shared
+    recipes: list[str] = field(default_factory=list)  # templates/recipes.py: before the steps
 
 
 class BuildFailed(Exception):

@@ -1,6 +1,6 @@
 """The lifecycle of live sandboxes: park, wake, fork, reconciliation at start, and the monitor
-(TTL, idle auto-park, death checks)."""
+(TTL, idle auto-park, death checks). ``LifecycleService`` starts and stops them together."""
 
-from corral.service.lifecycle.service import LifecycleService, refuse_secrets
+from corral.service.lifecycle.service import LifecycleService
 
-__all__ = ["LifecycleService", "refuse_secrets"]
+__all__ = ["LifecycleService"]

@@ -1,7 +1,9 @@
-"""Sandboxes: their records, admission, the live side (slot, agent link) and its machinery.
+"""Sandboxes: their records and transitions (``core``), validation and capacity admission
+(``admission``), the live side: slots, agent links, boot (``live``), egress policies
+(``policy``) and idle clocks (``activity``).
 
-``SandboxService`` is the package's entry point; the model it enforces (states, the guard,
-requests) is ``service/model.py``.
+The model these enforce (states, the transition guard, requests) is ``service/model.py``;
+``CreateRequest`` is re-exported here for the callers that make sandboxes.
 """
 
 from corral.service.model import CreateRequest

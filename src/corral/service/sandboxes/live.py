@@ -1,10 +1,30 @@
-"""The live side of a sandbox: its agent link. ``translate_agent_error`` maps what a sandbox's
-agent reports to the service's error tree; the agent runs inside the sandbox and is not trusted,
-so only the codes it may use pass through."""
+"""The live side of every sandbox: its network slot and its agent link, and the machinery that
+makes and unmakes them (boot or restore into a slot, adopt after a restart, checkpoint, release).
+
+Invariants:
+- a sandbox is live (in ``_slots`` and ``_clients``) only between a successful ``boot`` or
+  ``adopt`` and its ``detach`` or ``release_resources``; a failed boot releases all it made;
+- every agent has a key of its own (``agent_keys.py``): a cold boot is given a new one, a restore
+  is rekeyed before anything else is asked of it; a checkpoint puts the key beside the memory;
+- ``translate_agent_error`` maps what a sandbox's agent reports to the service's error tree: the
+  agent runs inside the sandbox and is not trusted, so only the codes it may use pass through.
+"""
 
 from __future__ import annotations
 
-from corral.runtime.agent_client import AgentError
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from corral.config import Settings
+from corral.network.base import Network, Slot
+from corral.runtime.agent_client import AgentClient, AgentError
+from corral.runtime.base import AgentMount, Resources, Runtime, RuntimeFailure, SandboxSpec
+from corral.service.agent_keys import AgentKeys
 from corral.service.errors import (
     CorralError,
     ExecFailed,
@@ -14,6 +34,292 @@ from corral.service.errors import (
     StateConflict,
     TooLarge,
 )
+from corral.service.images import make_private
+from corral.service.sandboxes.freezer import Freezer
+from corral.service.sandboxes.policy import NetworkPolicies
+from corral.storage import Database, SandboxRecord
+
+__all__ = ["AGENT_CODES", "LiveSandboxes", "translate_agent_error"]
+
+log = logging.getLogger("corral.sandboxes")
+
+ConnectAgent = Callable[[str, Slot], AgentClient]
+
+
+class LiveSandboxes:
+    """Slots and agent clients of the running sandboxes, by id (event-loop only; callers hold
+    the sandbox's lock for anything that changes one)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        runtime: Runtime,
+        network: Network,
+        agent: AgentMount,
+        policies: NetworkPolicies,
+        freezer: Freezer,
+        connect_agent: ConnectAgent | None = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.runtime = runtime
+        self.network = network
+        self.policies = policies
+        self.freezer = freezer
+        self.agent_mount = agent
+        self.connect_agent: ConnectAgent = connect_agent or (
+            lambda _id, slot: AgentClient(slot.host_address)
+        )
+        self.keys = AgentKeys(settings.data_dir / "agent-keys")
+        self._slots: dict[str, Slot] = {}
+        self._clients: dict[str, AgentClient] = {}
+        # Admission of boots: a boot waits here before it takes a slot or starts a runtime, so
+        # that under a burst the started ones are not starved past agent_ready_timeout.
+        boots = settings.max_concurrent_boots or 2 * (os.cpu_count() or 1)
+        self._boots = asyncio.Semaphore(boots)
+
+    def client(self, sandbox_id: str) -> AgentClient | None:
+        return self._clients.get(sandbox_id)
+
+    def require_client(self, sandbox_id: str) -> AgentClient:
+        """The agent client of a sandbox this service has just booted (KeyError if none)."""
+        return self._clients[sandbox_id]
+
+    def slot(self, sandbox_id: str) -> Slot | None:
+        return self._slots.get(sandbox_id)
+
+    def spec_for(
+        self,
+        record: SandboxRecord,
+        rootfs: Path,
+        slot: Slot,
+        env: dict[str, str],
+        agent_key: str | None = None,
+    ) -> SandboxSpec:
+        agent = AgentMount(
+            mounts=self.agent_mount.mounts,
+            argv=self.agent_mount.argv,
+            env=tuple(self.agent_mount.env) + tuple(env.items()),
+        )
+        return SandboxSpec(
+            sandbox_id=record.id,
+            rootfs=rootfs,
+            resources=Resources(
+                cpu=record.cpu,
+                memory_mib=record.memory_mib,
+                disk_mib=record.disk_mib,
+                pids=self.settings.default_pids,
+            ),
+            agent=agent,
+            netns_path=slot.netns_path,
+            annotations={"corral.template": record.template},
+            agent_key=agent_key,
+            resolv_conf=self.policies.resolv_conf(),
+        )
+
+    async def boot(
+        self,
+        record: SandboxRecord,
+        rootfs: Path,
+        env: dict[str, str],
+        *,
+        image_dir: Path | None = None,
+    ) -> None:
+        """Give ``record`` a slot, start it (or restore ``image_dir`` into it) and connect to its
+        agent. A restored agent holds the key of the one that was checkpointed: it is rekeyed
+        before anything else. On failure everything this call made is released and
+        OperationFailed is raised; the record itself is left to the caller. At most
+        ``max_concurrent_boots`` run at once; the others wait their turn first."""
+        async with self._boots:
+            await self._boot(record, rootfs, env, image_dir=image_dir)
+
+    async def _boot(
+        self,
+        record: SandboxRecord,
+        rootfs: Path,
+        env: dict[str, str],
+        *,
+        image_dir: Path | None = None,
+    ) -> None:
+        slot: Slot | None = None
+        verb = "restoring" if image_dir else "creating"
+        try:
+            old_key = None if image_dir is None else self.keys.of_image(image_dir)
+            if image_dir is not None and old_key is None:
+                raise OperationFailed(
+                    f"restoring sandbox {record.id}: the memory image {image_dir} has no agent "
+                    "key (it was made by an older corral); make the image again"
+                )
+            slot = await self.network.lease()
+            self.db.sandboxes.update(record.id, slot_index=slot.index)
+            await self.network.prepare(slot)
+            await self.policies.attach(record, slot)
+            if image_dir is None or old_key is None:
+                key = self.keys.issue(record.id)
+                await self.runtime.start(self.spec_for(record, rootfs, slot, env, key))
+            else:
+                key = old_key
+                await self.runtime.restore(self.spec_for(record, rootfs, slot, env), image_dir)
+            client = self.connect_agent(record.id, slot)
+            client.set_key(key)
+            try:
+                await client.wait_ready(self.settings.agent_ready_timeout)
+                if old_key is not None:
+                    await client.rekey(
+                        self.keys.issue(record.id),
+                        boot_id=secrets.token_hex(16),
+                        seed=secrets.token_hex(32),
+                    )
+            except BaseException:
+                await client.aclose()
+                raise
+            self._slots[record.id] = slot
+            self._clients[record.id] = client
+        except BaseException as exc:
+            log.error("sandbox %s: %s failed: %s", record.id, verb, exc)
+            await self.release_resources(record.id, slot.index if slot else None, slot)
+            with contextlib.suppress(KeyError):
+                self.db.sandboxes.update(record.id, slot_index=None)
+            if isinstance(exc, CorralError | asyncio.CancelledError):
+                raise
+            raise OperationFailed(f"{verb} sandbox {record.id} failed: {exc}") from exc
+
+    async def detach(self, sandbox_id: str) -> Slot | None:
+        """Forget the live side of a sandbox whose runtime has already stopped (after a park):
+        close its agent client and hand back its slot for the caller to release. Its agent's key
+        stays only in the image (``checkpoint``)."""
+        self.keys.forget(sandbox_id)
+        client = self._clients.pop(sandbox_id, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        await self.policies.detach(sandbox_id, keep_names=True)
+        return self._slots.pop(sandbox_id, None)
+
+    async def release_slot(self, sandbox_id: str, slot: Slot) -> None:
+        try:
+            await self.network.release(slot)
+        except Exception as exc:
+            log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
+
+    async def adopt(self, record: SandboxRecord, image_key: str | None = None) -> bool:
+        """Re-attach to a sandbox that kept running while the daemon was away. ``image_key``: the
+        key of the image an interrupted wake restored, which the agent still holds if the daemon
+        stopped between persisting the new key and the rekey; the rekey is then finished here."""
+        if record.slot_index is None:
+            return False
+        try:
+            slot = await self.network.lease(record.slot_index)
+        except Exception as exc:
+            log.error(
+                "sandbox %s: re-adopting slot %s failed: %s", record.id, record.slot_index, exc
+            )
+            return False
+        key = self.keys.get(record.id)
+        if key is None:
+            log.error("sandbox %s: cannot re-adopt it: its agent key is missing", record.id)
+            with contextlib.suppress(Exception):
+                await self.network.release(slot)
+            return False
+        try:
+            await self.policies.attach(record, slot)
+        except Exception as exc:  # it keeps running, reaching nothing until its policy is set
+            log.error("sandbox %s: re-applying its network policy failed: %s", record.id, exc)
+        self._slots[record.id] = slot
+        client = self.connect_agent(record.id, slot)
+        client.set_key(key)
+        if image_key is not None:
+            await self._finish_rekey(record.id, client, key, image_key)
+        self._clients[record.id] = client
+        log.info("sandbox %s: re-adopted (slot %d)", record.id, slot.index)
+        return True
+
+    async def _finish_rekey(
+        self, sandbox_id: str, client: AgentClient, key: str, image_key: str
+    ) -> None:
+        try:
+            if "boot_id" in await client.health():  # only answered in full to the right key
+                return
+            client.set_key(image_key)
+            if "boot_id" in await client.health():
+                await client.rekey(key, boot_id=secrets.token_hex(16), seed=secrets.token_hex(32))
+                log.info("sandbox %s: finished the rekey an interrupted wake left", sandbox_id)
+                return
+        except AgentError as exc:
+            log.error("sandbox %s: checking its agent key failed: %s", sandbox_id, exc)
+        client.set_key(key)
+
+    def slot_index_of(self, sandbox_id: str) -> int | None:
+        slot = self._slots.get(sandbox_id)
+        return slot.index if slot else None
+
+    def slot_address_of(self, sandbox_id: str) -> str | None:
+        """Where the host reaches a running sandbox's ports (None without a slot)."""
+        slot = self._slots.get(sandbox_id)
+        return slot.host_address if slot else None
+
+    async def checkpoint(
+        self,
+        sandbox_id: str,
+        image_dir: Path,
+        *,
+        leave_running: bool,
+        defer_cleanup: bool = False,
+    ) -> None:
+        """Checkpoint a running sandbox into ``image_dir`` with its agent's key beside the memory
+        (for the restore's rekey); the image is left 0600 files in 0700 dirs (it holds the
+        sandbox's memory: its secrets, its agent's key)."""
+        try:
+            self.keys.put_in_image(sandbox_id, image_dir)
+        except (KeyError, OSError) as exc:  # as the runtime's own failures: nothing changed
+            raise RuntimeFailure(f"checkpointing sandbox {sandbox_id}: {exc}") from exc
+        await self.runtime.checkpoint(
+            sandbox_id, image_dir, leave_running=leave_running, defer_cleanup=defer_cleanup
+        )
+        await asyncio.to_thread(make_private, image_dir)
+
+    async def release_resources(
+        self, sandbox_id: str, slot_index: int | None, slot: Slot | None = None
+    ) -> None:
+        """Destroy the runtime and release the slot; never raises (logs what failed)."""
+        self.keys.forget(sandbox_id)
+        self.freezer.forget(sandbox_id)
+        client = self._clients.pop(sandbox_id, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        try:
+            await self.runtime.destroy(sandbox_id)
+        except Exception as exc:
+            log.error("sandbox %s: destroying runtime failed: %s", sandbox_id, exc)
+        await self.policies.detach(sandbox_id)
+        self.policies.forget(sandbox_id)
+        slot = self._slots.pop(sandbox_id, None) or slot
+        if slot is None and slot_index is not None:
+            with contextlib.suppress(Exception):
+                slot = await self.network.lease(slot_index)
+        if slot is not None:
+            try:
+                await self.network.release(slot)
+            except Exception as exc:
+                log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
+
+    async def close_clients(self) -> None:
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        self._clients.clear()
+
+    def injected_python(self) -> list[str]:
+        """The daemon's own interpreter as injected read-only into every sandbox (``-I -S``):
+        tools run with it never depend on, or trust, the image's programs."""
+        argv = list(self.agent_mount.argv)
+        for i, arg in enumerate(argv):
+            if arg.endswith("/py/bin/python3"):
+                return [*argv[: i + 1], "-I", "-S"]
+        raise OperationFailed("the injected agent has no interpreter to run snapshot tools with")
+
 
 # The codes a sandbox's agent may answer with (agent/errors.py). The agent runs inside the sandbox
 # and is not trusted: any other code it sends is reported as the daemon's `internal`.

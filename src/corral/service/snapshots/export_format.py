@@ -25,7 +25,7 @@ import tarfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -136,7 +136,10 @@ def describe(exc: ValidationError, where: str) -> str:
     return "; ".join(parts)
 
 
-def _validated(model: type[Any], data: Any, where: str) -> Any:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validated(model: type[_M], data: Any, where: str) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:

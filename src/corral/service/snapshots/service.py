@@ -6,7 +6,7 @@ since the template's image was made (a tar made inside the sandbox) and the list
 paths that were deleted; restoring boots the template fresh and applies both.
 
 Images live in ``<data>/snapshots/<name>``, written as ``<name>.partial`` and sealed (see
-``lifecycle.seal_image``); a record stays ``creating`` until its image is sealed, so a crash never
+``images.seal_image``); a record stays ``creating`` until its image is sealed, so a crash never
 leaves a snapshot that looks usable but is not.
 """
 
@@ -24,10 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from corral.config import Settings
 from corral.paths import PathEscape, inside
 from corral.runtime.agent_client import AgentClient, AgentError
-from corral.runtime.base import RuntimeFailure
+from corral.runtime.base import Runtime, RuntimeFailure
 from corral.service import access
+from corral.service.crash import crash_point
+from corral.service.create import SandboxCreator
 from corral.service.errors import (
     CapacityExceeded,
     InvalidRequest,
@@ -35,13 +38,23 @@ from corral.service.errors import (
     OperationFailed,
     StateConflict,
 )
-from corral.service.images import image_complete, image_size_mib, seal_image
-from corral.service.lifecycle import LifecycleService, refuse_secrets
-from corral.service.model import CreateRequest, require_state
+from corral.service.images import (
+    files_mib,
+    host_free_mib,
+    image_complete,
+    image_size_mib,
+    seal_image,
+)
+from corral.service.launch import Launcher
+from corral.service.model import Action, CreateRequest, Operation, refuse_secrets, require_state
 from corral.service.sandboxes import SandboxService
-from corral.service.secrets import SNAPSHOT_OWNER
+from corral.service.sandboxes.admission import Admission
+from corral.service.sandboxes.live import LiveSandboxes
+from corral.service.sandboxes.policy import NetworkPolicies
+from corral.service.secrets import SNAPSHOT_OWNER, SecretService
 from corral.service.snapshots import fs_capture
-from corral.storage import SandboxRecord, SnapshotRecord
+from corral.service.templates import TemplateService
+from corral.storage import Database, SandboxRecord, SnapshotRecord
 
 log = logging.getLogger("corral.snapshots")
 
@@ -119,11 +132,34 @@ def load_deleted(path: Path) -> list[str]:
 
 
 class SnapshotService:
-    def __init__(self, sandboxes: SandboxService, lifecycle: LifecycleService) -> None:
-        self.sb = sandboxes
-        self.lifecycle = lifecycle
-        self.db = sandboxes.db
-        self.dir = sandboxes.settings.data_dir / "snapshots"
+    """Takes, lists, restores and removes snapshots (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        runtime: Runtime,
+        templates: TemplateService,
+        sandboxes: SandboxService,
+        live: LiveSandboxes,
+        admission: Admission,
+        policies: NetworkPolicies,
+        launcher: Launcher,
+        creator: SandboxCreator,
+        secrets: SecretService | None = None,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.runtime = runtime
+        self.templates = templates
+        self.sandboxes = sandboxes
+        self.live = live
+        self.admission = admission
+        self.policies = policies
+        self.launcher = launcher
+        self.creator = creator
+        self.secrets = secrets
+        self.dir = settings.data_dir / "snapshots"
 
     async def start(self) -> None:
         """Drop snapshots whose image was never sealed (a crash while snapshotting)."""
@@ -162,8 +198,8 @@ class SnapshotService:
     async def remove(self, name: str) -> None:
         record = self.get(name)
         self.db.snapshots.delete(name)
-        if self.sb.secrets is not None:
-            self.sb.secrets.forget(snapshot_owner(name))
+        if self.secrets is not None:
+            self.secrets.forget(snapshot_owner(name))
         await asyncio.to_thread(self._remove_image, record.image_path)
 
     # ---------------------------------------------------------------------------- take
@@ -171,10 +207,10 @@ class SnapshotService:
         self, sandbox_id: str, name: str, *, fs_only: bool = False, allow_secrets: bool = False
     ) -> SnapshotRecord:
         check_name(name)
-        async with self.sb.lock(sandbox_id):
-            source = self.sb.get(sandbox_id)
-            require_state(source, "snapshot", "running")
-            await self.sb.thaw(sandbox_id)
+        async with self.sandboxes.lock(sandbox_id):
+            source = self.sandboxes.get(sandbox_id)
+            require_state(source, Action.SNAPSHOT)
+            await self.sandboxes.thaw(sandbox_id)
             if not fs_only:
                 refuse_secrets(source, "memory snapshot")
             elif source.secret_keys and not allow_secrets:
@@ -189,7 +225,7 @@ class SnapshotService:
             await self._check_space(source, fs_only)
             partial, final = inside(self.dir, f"{name}.partial"), inside(self.dir, name)
             self._remove_image(partial)
-            template = self.sb.templates.get(source.template)
+            template = self.templates.get(source.template)
             record = SnapshotRecord(
                 name=name,
                 state="creating",
@@ -202,18 +238,18 @@ class SnapshotService:
                 env=dict(source.env),
                 image_path=str(final),
                 created_at=time.time(),
-                image=self.sb.templates.image_of(source.id) or template.image,
+                image=self.templates.image_of(source.id) or template.image,
                 owner=access.new_owner(),
             )
             self.db.snapshots.add(record)
-            self.db.sandboxes.update(sandbox_id, operation="snapshotting")
+            self.db.sandboxes.update(sandbox_id, operation=Operation.SNAPSHOTTING)
             try:
                 if fs_only:
                     await self._capture_files(source, partial)
                 else:
-                    self.lifecycle.crash_point("snapshot:before-checkpoint")
-                    await self.sb.checkpoint(sandbox_id, partial, leave_running=True)
-                self.lifecycle.crash_point("snapshot:after-checkpoint")
+                    crash_point(self.settings, "snapshot:before-checkpoint")
+                    await self.live.checkpoint(sandbox_id, partial, leave_running=True)
+                crash_point(self.settings, "snapshot:after-checkpoint")
                 await asyncio.to_thread(seal_image, partial, final, root=self.dir)
             except BaseException as exc:
                 self._remove_image(partial)
@@ -224,9 +260,9 @@ class SnapshotService:
             finally:
                 with contextlib.suppress(KeyError):
                     self.db.sandboxes.update(sandbox_id, operation=None)
-            if not fs_only and self.sb.secrets is not None:
+            if not fs_only and self.secrets is not None:
                 # Its memory holds the source's placeholders: what it restores into gets them.
-                self.sb.secrets.inherit(snapshot_owner(name), sandbox_id)
+                self.secrets.inherit(snapshot_owner(name), sandbox_id)
             size = await asyncio.to_thread(image_size_mib, final)
             log.info(
                 "sandbox %s: snapshot %s taken (%s, %d MiB)", sandbox_id, name, record.kind, size
@@ -234,12 +270,9 @@ class SnapshotService:
             return self.db.snapshots.update(name, state="ready", size_mib=size)
 
     async def _check_space(self, source: SandboxRecord, fs_only: bool) -> None:
-        used = source.disk_mib
-        with contextlib.suppress(RuntimeFailure):
-            used = await self.sb.runtime.disk_usage_mib(source.id)
+        used = await files_mib(self.runtime, source)
         estimate = used if fs_only else source.memory_mib + used
-        host_free = shutil.disk_usage(self.dir).free // (1024 * 1024)
-        free = min(host_free, int(self.sb.capacity().disk.free))
+        free = min(host_free_mib(self.dir), int(self.admission.capacity().disk.free))
         if estimate > free:
             raise CapacityExceeded(
                 f"cannot snapshot sandbox {source.id}: the image may take up to {estimate} MiB "
@@ -253,12 +286,12 @@ class SnapshotService:
         interpreter (injected read-only, see ``fs_capture``), never the image's tools. Their
         output is bounded and parsed as hostile: the host compares the listing with its own
         walk of the image and never joins a path from the sandbox onto a host path."""
-        client = self.sb.agent(source.id, "snapshot")
-        rootfs = self.sb.rootfs_of(source)
-        python = self.sb.injected_python()
-        partial.mkdir(parents=True)
+        client = self.sandboxes.agent(source.id, "snapshot")
+        rootfs = self.sandboxes.rootfs_of(source)
+        python = self.live.injected_python()
+        await asyncio.to_thread(partial.mkdir, parents=True)
         what = f"snapshotting the files of sandbox {source.id}"
-        max_files = self.sb.settings.snapshot_max_files
+        max_files = self.settings.snapshot_max_files
         listing = fs_capture.BoundedBuffer()
         try:
             await run_collect(
@@ -281,7 +314,7 @@ class SnapshotService:
             json.dumps([base64.b64encode(path).decode() for path in deleted])
         )
         limit = source.disk_mib * 1024 * 1024 + len(changed) * 2048 + (8 << 20)
-        with open(partial / FS_ARCHIVE, "wb") as sink:
+        with await asyncio.to_thread(open, partial / FS_ARCHIVE, "wb") as sink:
             if changed:
                 await client.write_file(LIST_FILE, b"\0".join(changed), mode=0o600, parents=True)
                 tar = [*python, "-c", fs_capture.TAR_SCRIPT, LIST_FILE]
@@ -307,13 +340,13 @@ class SnapshotService:
             request.env = {**snapshot.env, **request.env}
             request.memory_mib = request.memory_mib or snapshot.memory_mib
             request.disk_mib = request.disk_mib or snapshot.disk_mib
-            record = await self.sb.create(request)
+            record = await self.creator.create(request)
             try:
                 await self._apply_files(record, inside(self.dir, snapshot.image_path))
             except BaseException:
-                await self.sb.kill(record.id)
+                await self.sandboxes.kill(record.id)
                 raise
-            return self.sb.get(record.id)
+            return self.sandboxes.get(record.id)
         request.template = snapshot.template
         if request.memory_mib not in (None, snapshot.memory_mib):
             raise InvalidRequest(
@@ -332,28 +365,28 @@ class SnapshotService:
             raise InvalidRequest("secret env cannot be given to a sandbox restored from memory")
         source = self.db.sandboxes.get(snapshot.source_id) if snapshot.source_id else None
         if source is not None and request.network is None and not (request.allow or request.deny):
-            stored = self.sb.policy_of(source).to_json()  # the source's rules come back with it
+            stored = self.policies.of(source).to_json()  # the source's rules come back with it
             request.network, request.allow, request.deny = (
                 stored["mode"],
                 stored["allow"],
                 stored["deny"],
             )
-        cpu, memory, disk, expires = self.sb.resolve(request)
-        record = self.sb.new_record(
+        cpu, memory, disk, expires = self.admission.resolve(request)
+        record = self.launcher.new_record(
             request,
             snapshot.template,
             (cpu, memory, disk),
             expires,
             env={**snapshot.env, **request.env},
-            operation="restoring",
+            operation=Operation.RESTORING,
             parent_id=snapshot.source_id,
         )
-        template = self.sb.templates.get(snapshot.template)
-        secrets = self.sb.secrets
+        template = self.templates.get(snapshot.template)
+        secrets = self.secrets
         if secrets is not None:
             secrets.inherit(record.id, snapshot_owner(name))
         try:
-            return await self.sb.launch(
+            return await self.launcher.launch(
                 record,
                 template,
                 image=snapshot.image or template.image,
@@ -367,7 +400,7 @@ class SnapshotService:
             raise
 
     async def _apply_files(self, record: SandboxRecord, image: Path) -> None:
-        client = self.sb.agent(record.id, "restore files into")
+        client = self.sandboxes.agent(record.id, "restore files into")
         what = f"restoring files into sandbox {record.id}"
         archive = image / FS_ARCHIVE
         deleted = await asyncio.to_thread(load_deleted, image / FS_DELETED)
@@ -375,7 +408,7 @@ class SnapshotService:
             await client.write_file(RESTORE_TAR, _read_chunks(archive), mode=0o600, parents=True)
             await run_collect(
                 client,
-                [*self.sb.injected_python(), "-c", fs_capture.EXTRACT_SCRIPT, RESTORE_TAR],
+                [*self.live.injected_python(), "-c", fs_capture.EXTRACT_SCRIPT, RESTORE_TAR],
                 fs_capture.BoundedBuffer(),
                 what,
                 limit=1 << 20,
@@ -386,6 +419,6 @@ class SnapshotService:
 
 
 async def _read_chunks(path: Path, size: int = 1 << 20) -> Any:
-    with open(path, "rb") as handle:
+    with await asyncio.to_thread(open, path, "rb") as handle:
         while chunk := await asyncio.to_thread(handle.read, size):
             yield chunk

@@ -32,14 +32,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral.config import Settings
 from corral.paths import inside
 from corral.service import access
 from corral.service.audit import note_target
 from corral.service.errors import CapacityExceeded, CorralError, InvalidRequest, StateConflict
-from corral.service.images import IMAGE_COMPLETE, image_complete, image_size_mib, seal_image
-from corral.service.lifecycle import LifecycleService, refuse_secrets
-from corral.service.model import LIVE_STATES, CreateRequest, new_sandbox_id, require_state
+from corral.service.images import (
+    IMAGE_COMPLETE,
+    host_free_mib,
+    image_complete,
+    image_size_mib,
+    parked_dir,
+    remove_parked_image,
+    seal_image,
+    work_dir,
+)
+from corral.service.model import (
+    Action,
+    CreateRequest,
+    SandboxState,
+    new_sandbox_id,
+    refuse_secrets,
+    require_state,
+)
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.admission import Admission
 from corral.service.snapshots.export_format import (
     CHUNK,
     ExportReader,
@@ -118,27 +135,34 @@ async def _stream_export(
 
 
 class TransferService:
+    """Exports parked sandboxes and snapshots as signed archives, and imports them."""
+
     def __init__(
         self,
+        settings: Settings,
         sandboxes: SandboxService,
-        lifecycle: LifecycleService,
+        admission: Admission,
         snapshots: SnapshotService,
         trust: TrustService,
     ) -> None:
-        self.sb = sandboxes
-        self.lifecycle = lifecycle
+        self.settings = settings
+        self.sandboxes = sandboxes
+        self.admission = admission
         self.snapshots = snapshots
         self.trust = trust
         self.db = sandboxes.db
+        self.templates = sandboxes.templates
+        self.parked_dir = parked_dir(settings)
+        self.work_dir = work_dir(settings)
 
     # ------------------------------------------------------------------------- export
     def export_sandbox(self, sandbox_id: str) -> AsyncIterator[bytes]:
-        record = self.sb.get(sandbox_id)
+        record = self.sandboxes.get(sandbox_id)
         refuse_secrets(record, "export")
-        require_state(record, "export", "parked")
+        require_state(record, Action.EXPORT)
         if not image_complete(record.image_path):
             raise StateConflict(f"sandbox {sandbox_id} has no complete parked image to export")
-        image = inside(self.lifecycle.parked_dir, record.image_path or "")
+        image = inside(self.parked_dir, record.image_path or "")
         fields = {name: getattr(record, name) for name in SANDBOX_FIELDS}
         return _stream_export(image, "sandbox", fields, self.trust)
 
@@ -150,12 +174,12 @@ class TransferService:
 
     # ------------------------------------------------------------------------- import
     async def import_file(self, data: AsyncIterable[bytes], *, fs_only: bool = False) -> Imported:
-        work = inside(self.lifecycle.work_dir, f"import-{secrets.token_hex(8)}")
+        work = inside(self.work_dir, f"import-{secrets.token_hex(8)}")
         work.mkdir(mode=0o700)
         try:
             archive = work / "upload.tar"
             await self._receive(data, archive)
-            with open(archive, "rb") as handle:
+            with await asyncio.to_thread(open, archive, "rb") as handle:
                 reader = ExportReader(handle)
                 await asyncio.to_thread(reader.open)
                 manifest = parse_manifest(reader.manifest_bytes)
@@ -175,14 +199,13 @@ class TransferService:
         return Imported(record, signer)
 
     def _free_disk_mib(self) -> int:
-        host_free = shutil.disk_usage(self.lifecycle.work_dir).free // _MIB
-        return int(min(host_free, self.sb.capacity().disk.free))
+        return int(min(host_free_mib(self.work_dir), self.admission.capacity().disk.free))
 
     async def _receive(self, data: AsyncIterable[bytes], archive: Path) -> None:
         """Write the upload to ``archive``, refusing it once it outgrows the free disk."""
         limit = self._free_disk_mib() * _MIB
         received = 0
-        with open(archive, "wb") as out:
+        with await asyncio.to_thread(open, archive, "wb") as out:
             async for chunk in data:
                 received += len(chunk)
                 if received > limit:
@@ -228,7 +251,7 @@ class TransferService:
 
     def _check_resources(self, template: str, cpu: float, memory: int, disk: int, env: Any) -> None:
         """The record's resources within this workspace's policy; the template exists here."""
-        self.sb.resolve(
+        self.admission.resolve(
             CreateRequest(
                 template=template, cpu=cpu, memory_mib=memory, disk_mib=disk, env=dict(env)
             )
@@ -244,12 +267,12 @@ class TransferService:
         self._check_space(manifest)
         await asyncio.to_thread(reader.extract, partial, manifest.files, set(manifest.files))
         sandbox_id = new_sandbox_id()  # never the exporter's: ids (and paths) are ours
-        final = inside(self.lifecycle.parked_dir, sandbox_id)
-        await asyncio.to_thread(seal_image, partial, final, root=self.sb.settings.data_dir)
+        final = inside(self.parked_dir, sandbox_id)
+        await asyncio.to_thread(seal_image, partial, final, root=self.settings.data_dir)
         size = await asyncio.to_thread(image_size_mib, final)
         record = SandboxRecord(
             id=sandbox_id,
-            state="parked",
+            state=SandboxState.PARKED,
             template=fields.template,
             cpu=fields.cpu,
             memory_mib=fields.memory_mib,
@@ -262,21 +285,11 @@ class TransferService:
             owner=access.new_owner(),
         )
         note_target(record.id)
-        async with self.sb.admission:
-            try:
-                self.sb.check_quotas(
-                    self.db.sandboxes.list(states=LIVE_STATES), [record], "this import"
-                )
-            except CorralError:
-                self.sb.remove_image(final)
-                raise
-            report = self.sb.capacity()
-            if size > report.disk.free:
-                self.sb.remove_image(final)
-                raise CapacityExceeded(
-                    f"importing needs {size} MiB of disk and {report.disk.free:g} MiB is free"
-                )
-            self.db.sandboxes.add(record)
+        try:
+            await self.admission.admit_parked(record, size)
+        except CorralError:  # over capacity or over a quota of the importing key
+            await asyncio.to_thread(remove_parked_image, self.settings, final)
+            raise
         return record
 
     async def _import_snapshot(
@@ -291,7 +304,7 @@ class TransferService:
         )
         image = fields.image if fields.kind == "memory" else None  # fs: the template's, here
         if image is not None:  # a memory image restores only onto the root it was made on
-            self.sb.templates.image_rootfs(image, fields.template)  # NotFound if not here
+            self.templates.image_rootfs(image, fields.template)  # NotFound if not here
         if fields.kind == "fs":
             if set(manifest.files) != FS_FILES:
                 raise InvalidRequest(
@@ -310,7 +323,7 @@ class TransferService:
         if fields.kind == "fs":
             await asyncio.to_thread(_check_deleted_list, partial / FS_DELETED)
         final = inside(self.snapshots.dir, name)
-        await asyncio.to_thread(seal_image, partial, final, root=self.sb.settings.data_dir)
+        await asyncio.to_thread(seal_image, partial, final, root=self.settings.data_dir)
         record = SnapshotRecord(
             name=name,
             state="ready",
@@ -322,7 +335,7 @@ class TransferService:
             disk_mib=fields.disk_mib,
             env=dict(fields.env),
             image_path=str(final),
-            size_mib=image_size_mib(final),
+            size_mib=await asyncio.to_thread(image_size_mib, final),
             created_at=min(fields.created_at, time.time()),
             image=image,
             owner=access.new_owner(),

@@ -100,7 +100,7 @@ class UploadService:
         try:
             raw = work / "upload.tar"
             size = 0
-            with open(raw, "wb") as out:
+            with await asyncio.to_thread(open, raw, "wb") as out:
                 async for chunk in body:
                     size += len(chunk)
                     if size > self.limit_bytes:

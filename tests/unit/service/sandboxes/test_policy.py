@@ -13,14 +13,14 @@ from tests.unit.conftest import Harness
 
 
 def fake(harness: Harness) -> FakeEgress:
-    egress = harness.workspace.sandboxes.egress
+    egress = harness.workspace.sandboxes.policies.egress
     assert isinstance(egress, FakeEgress)
     return egress
 
 
 async def test_default_mode_is_stored_and_applied_at_boot(harness: Harness) -> None:
     ws = harness.workspace
-    record = await ws.sandboxes.create(CreateRequest())
+    record = await ws.creator.create(CreateRequest())
     assert ws.sandboxes.policy_of(record).mode is NetworkMode.PROJECT_INTERNET
     assert fake(harness).policies[record.id].mode is NetworkMode.PROJECT_INTERNET
     await ws.sandboxes.kill(record.id)
@@ -29,7 +29,7 @@ async def test_default_mode_is_stored_and_applied_at_boot(harness: Harness) -> N
 
 async def test_live_change_replaces_only_the_parts_given(harness: Harness) -> None:
     ws = harness.workspace
-    record = await ws.sandboxes.create(
+    record = await ws.creator.create(
         CreateRequest(network="internet", allow=["10.1.0.0/16:5432"], deny=["192.0.2.7"])
     )
     updated, _ = await ws.sandboxes.set_network(record.id, mode="airgapped")
@@ -48,9 +48,9 @@ async def test_live_change_replaces_only_the_parts_given(harness: Harness) -> No
 async def test_bad_rules_and_unknown_modes_are_refused(harness: Harness) -> None:
     ws = harness.workspace
     with pytest.raises(InvalidRequest, match="unknown network mode"):
-        await ws.sandboxes.create(CreateRequest(network="everything"))
+        await ws.creator.create(CreateRequest(network="everything"))
     with pytest.raises(InvalidRequest, match="invalid network policy"):
-        await ws.sandboxes.create(CreateRequest(allow=["not a rule!"]))
+        await ws.creator.create(CreateRequest(allow=["not a rule!"]))
     assert ws.sandboxes.list() == []
 
 
@@ -58,8 +58,8 @@ async def test_a_mode_the_workspace_does_not_allow_is_refused(harness: Harness) 
     ws = harness.workspace
     ws.policy.update({"network_modes": ["airgapped"]})  # the workspace policy narrows them
     with pytest.raises(InvalidRequest, match="'internet' is not allowed"):
-        await ws.sandboxes.create(CreateRequest(network="internet"))
-    record = await ws.sandboxes.create(CreateRequest())  # the first allowed mode is the default
+        await ws.creator.create(CreateRequest(network="internet"))
+    record = await ws.creator.create(CreateRequest())  # the first allowed mode is the default
     assert ws.sandboxes.policy_of(record).mode is NetworkMode.AIRGAPPED
     with pytest.raises(InvalidRequest, match="not allowed"):
         await ws.sandboxes.set_network(record.id, mode="project")

@@ -1,0 +1,148 @@
+"""Park: checkpoint a running sandbox's memory and filesystem into ``<data>/parked/<id>`` and
+free its cpu and memory; wake (``wake.py``) restores it under the same id.
+
+Crash safety: the park records itself (operation ``parking``) before it touches the runtime and
+writes the image to ``<id>.partial``, sealed (``images.seal_image``) only once complete; the
+record says ``parked`` only after the seal. What a crash leaves, ``reconcile.py`` settles.
+Concurrency: under the sandbox's lock; a second park while parking waits, then gets a
+StateConflict. The runtime's leftovers and the slot are released in the background, under the
+same lock, so a wake waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import shutil
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from corral.config import Settings
+from corral.network.base import Slot
+from corral.paths import inside
+from corral.runtime.base import Runtime, RuntimeFailure, RuntimeStatus
+from corral.service.crash import crash_point
+from corral.service.errors import CapacityExceeded, OperationFailed
+from corral.service.images import files_mib, host_free_mib, image_size_mib, parked_dir, seal_image
+from corral.service.model import Action, Operation, SandboxState, require_state
+from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.admission import Admission
+from corral.service.sandboxes.live import LiveSandboxes
+from corral.storage import Database, SandboxRecord
+
+__all__ = ["ParkService", "park_paths"]
+
+log = logging.getLogger("corral.lifecycle")
+
+
+def park_paths(directory: Path, sandbox_id: str) -> tuple[Path, Path]:
+    """The partial and the final image dirs of a sandbox's park, inside ``directory``."""
+    return inside(directory, f"{sandbox_id}.partial"), inside(directory, sandbox_id)
+
+
+class ParkService:
+    """Parks running sandboxes (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        runtime: Runtime,
+        sandboxes: SandboxService,
+        live: LiveSandboxes,
+        admission: Admission,
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.runtime = runtime
+        self.sandboxes = sandboxes
+        self.live = live
+        self.admission = admission
+        self.parked_dir = parked_dir(settings)
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def drain(self) -> None:
+        """Let post-park clean-ups finish (daemon stop); they are short."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=10)
+
+    async def _check_space(self, record: SandboxRecord) -> None:
+        """Refuse a park whose image might not fit, before anything changes."""
+        used = await files_mib(self.runtime, record)
+        estimate = record.memory_mib + used
+        host_free = host_free_mib(self.parked_dir)
+        report = self.admission.capacity()
+        workspace_free = int(report.disk.free) + record.disk_mib  # its allowance comes back
+        free = min(host_free, workspace_free)
+        if estimate > free:
+            raise CapacityExceeded(
+                f"cannot park sandbox {record.id}: its image may take up to {estimate} MiB "
+                f"of disk ({record.memory_mib} MiB memory + {used} MiB files) and only "
+                f"{free} MiB is free; free some disk (kill sandboxes, remove snapshots)"
+            )
+
+    async def park(self, sandbox_id: str) -> SandboxRecord:
+        async with self.sandboxes.lock(sandbox_id):
+            record = self.sandboxes.get(sandbox_id)
+            require_state(record, Action.PARK)
+            await self.sandboxes.thaw(sandbox_id)
+            await self.admission.admit_change(
+                dataclasses.replace(record, state=SandboxState.PARKED),
+                f"parking sandbox {sandbox_id}",
+            )
+            await self._check_space(record)
+            partial, final = park_paths(self.parked_dir, sandbox_id)
+            await asyncio.to_thread(shutil.rmtree, partial, True)
+            self.db.sandboxes.update(sandbox_id, operation=Operation.PARKING)
+            crash_point(self.settings, "park:before-checkpoint")
+            try:
+                await self.live.checkpoint(
+                    sandbox_id, partial, leave_running=False, defer_cleanup=True
+                )
+            except RuntimeFailure as exc:
+                await asyncio.to_thread(shutil.rmtree, partial, True)
+                info = await self.runtime.info(sandbox_id)
+                if info.status in (RuntimeStatus.RUNNING, RuntimeStatus.PAUSED):
+                    self.db.sandboxes.update(sandbox_id, operation=None)
+                    raise OperationFailed(
+                        f"parking sandbox {sandbox_id} failed; it is still running: {exc}"
+                    ) from exc
+                await self.sandboxes.fail(
+                    sandbox_id, f"parking failed and the sandbox stopped: {exc}"
+                )
+                raise OperationFailed(f"parking sandbox {sandbox_id} failed: {exc}") from exc
+            crash_point(self.settings, "park:after-checkpoint")
+            await asyncio.to_thread(seal_image, partial, final, root=self.parked_dir)
+            crash_point(self.settings, "park:after-image")
+            slot = await self.live.detach(sandbox_id)
+            size = await asyncio.to_thread(image_size_mib, final)
+            log.info("sandbox %s: parked (%d MiB image)", sandbox_id, size)
+            record = self.db.sandboxes.update(
+                sandbox_id,
+                state=SandboxState.PARKED,
+                operation=None,
+                slot_index=None,
+                image_path=str(final),
+                image_mib=size,
+            )
+        # The image is safe and the record says parked: what the sandbox ran on (its stopped
+        # container, its disk, its slot) goes in the background, under the sandbox's lock, so a
+        # wake waits for it. A crash before then leaves nothing a restart does not clear.
+        self._in_background(self._after_park(sandbox_id, slot))
+        return record
+
+    async def _after_park(self, sandbox_id: str, slot: Slot | None) -> None:
+        async with self.sandboxes.lock(sandbox_id):
+            try:
+                await self.runtime.cleanup(sandbox_id)
+            except RuntimeFailure as exc:
+                log.error("sandbox %s: %s", sandbox_id, exc)
+        if slot is not None:
+            await self.live.release_slot(sandbox_id, slot)
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
