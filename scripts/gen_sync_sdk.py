@@ -47,6 +47,7 @@ WRAPPED = [
     ("AsyncSandbox", "sandbox.py"),
     ("AsyncKeys", "workspace.py"),
     ("AsyncPolicy", "workspace.py"),
+    ("AsyncServices", "services.py"),
     ("AsyncClient", "client.py"),
 ]
 # Classes users construct themselves: the sync twin takes the async constructor's parameters.

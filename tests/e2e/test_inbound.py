@@ -339,7 +339,7 @@ def test_a_sandbox_port_as_a_project_service(
     daemon: Daemon, served: tuple[Client, Sandbox]
 ) -> None:
     client, sbx = served
-    added = client.add_service("api.project", sandbox=sbx.id, port=HTTP_PORT)
+    added = client.services.add("api.project", sandbox=sbx.id, port=HTTP_PORT)
     assert added.sandbox_id == sbx.id and added.address.startswith("169.254.10")
     caller = client.create_sandbox(network="project")
     try:
@@ -360,7 +360,7 @@ def test_a_sandbox_port_as_a_project_service(
         assert _fetch_in(caller, f"http://{added.address}:{HTTP_PORT}/") is None
     finally:
         caller.kill()
-        client.remove_service("api.project")
+        client.services.remove("api.project")
     listed = daemon.cli("service", "ls")
     assert "api.project" not in listed.stdout.decode()
 

@@ -30,7 +30,7 @@ def add(
     it at once."""
     if (target is None) == (sandbox is None) or (sandbox is None) != (port is None):
         raise typer.BadParameter("give HOST:PORT, or --sandbox ID and --port N")
-    added = client(ctx).add_service(name, target, sandbox=sandbox, port=port)
+    added = client(ctx).services.add(name, target, sandbox=sandbox, port=port)
     typer.echo(_describe(added))
 
 
@@ -47,7 +47,7 @@ def list_services(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
     """List the project's services."""
-    found = client(ctx).services()
+    found = client(ctx).services.list()
     if as_json:
         print_json([item.to_dict() for item in found])
         return
@@ -58,5 +58,5 @@ def list_services(
 @app.command("rm")
 def remove(ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME")) -> None:
     """Remove a service; running sandboxes stop resolving and reaching it at once."""
-    client(ctx).remove_service(name)
+    client(ctx).services.remove(name)
     typer.echo(f"removed {name}")

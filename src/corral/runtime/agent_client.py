@@ -101,18 +101,22 @@ class AgentClient:
         port: int = AGENT_PORT,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        unary_timeout: httpx.Timeout = _UNARY_TIMEOUT,
     ) -> None:
+        """``unary_timeout`` bounds a call that is not a stream or a transfer (it guards
+        against a hung agent; tests on a loaded machine give a more patient one)."""
         bracketed = f"[{host}]" if ":" in host else host
         self.host = bracketed
         self.base_url = f"http://{bracketed}:{port}"
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            timeout=_UNARY_TIMEOUT,
+            timeout=unary_timeout,
             transport=transport,
             limits=httpx.Limits(
                 max_connections=None, max_keepalive_connections=16, keepalive_expiry=30.0
             ),
         )
+        self._unary_timeout = unary_timeout
         self.in_flight = 0
 
     async def __aenter__(self) -> AgentClient:
@@ -198,7 +202,7 @@ class AgentClient:
     ) -> httpx.Response:
         try:
             async with self._open(
-                method, url, timeout=timeout or _UNARY_TIMEOUT, **kwargs
+                method, url, timeout=timeout or self._unary_timeout, **kwargs
             ) as streamed:
                 response = await self._read_capped(streamed, doing)
         except httpx.TransportError as exc:

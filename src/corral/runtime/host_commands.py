@@ -43,7 +43,7 @@ def stderr_tail(data: bytes | str, limit: int = _TAIL_CHARS) -> str:
 async def run_command(
     argv: list[str],
     *,
-    timeout: float = 60.0,
+    timeout: float | None = 60.0,
     stdin: int = subprocess.DEVNULL,
     stdout: int = subprocess.PIPE,
     stderr: int = subprocess.PIPE,
@@ -53,7 +53,8 @@ async def run_command(
     failure when ``check``.
 
     ``stdout``/``stderr`` may be file descriptors (e.g. a log opened with O_APPEND); then the
-    result holds no output for them.
+    result holds no output for them. ``timeout=None`` waits as long as the command runs (for
+    work whose length grows with its input, e.g. a local copy, where the caller can cancel).
     """
     try:
         proc = await asyncio.create_subprocess_exec(

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from corral.sdk.sandbox import (
         AsyncSandbox,
     )
+    from corral.sdk.services import AsyncServices
     from corral.sdk.sync import (
         Client,
         Code,
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
         Pty,
         Ptys,
         Sandbox,
+        Services,
     )
     from corral.sdk.templates import (
         AsyncTemplate,
@@ -122,6 +124,8 @@ _EXPORTS = {
     "AsyncPolicy": "corral.sdk.workspace",
     "Keys": "corral.sdk.sync",
     "Policy": "corral.sdk.sync",
+    "AsyncServices": "corral.sdk.services",
+    "Services": "corral.sdk.sync",
     "AuditEntry": "corral.sdk.workspace",
     "Event": "corral.sdk.workspace",
     "WorkspacePolicy": "corral.sdk.workspace",
@@ -199,6 +203,7 @@ __all__ = [
     "AsyncPty",
     "AsyncPtys",
     "AsyncSandbox",
+    "AsyncServices",
     "AsyncTemplate",
     "AuditEntry",
     "AuthenticationError",
@@ -248,6 +253,7 @@ __all__ = [
     "SandboxUnavailable",
     "SecretAuditEntry",
     "SecretInfo",
+    "Services",
     "SnapshotInfo",
     "Template",
     "TemplateInfo",

@@ -20,7 +20,6 @@ from corral.sdk.config import resolve_api_key, resolve_url
 from corral.sdk.models import (
     Capacity,
     ImportResult,
-    ProjectServiceInfo,
     SandboxInfo,
     SandboxOptions,
     SecretAuditEntry,
@@ -30,6 +29,7 @@ from corral.sdk.models import (
     TrustedKey,
 )
 from corral.sdk.sandbox import AsyncSandbox
+from corral.sdk.services import AsyncServices
 from corral.sdk.workspace import AsyncKeys, AsyncPolicy, AuditEntry, Event, audit, events
 
 __all__ = ["AsyncClient"]
@@ -56,6 +56,7 @@ class AsyncClient:
         )
         self.keys = AsyncKeys(self.session)
         self.policy = AsyncPolicy(self.session)
+        self.services = AsyncServices(self.session)
 
     def __repr__(self) -> str:
         return f"<AsyncClient {self.url}>"
@@ -267,33 +268,6 @@ class AsyncClient:
 
     async def untrust_key(self, name: str) -> None:
         await self.session.request("DELETE", f"/v1/trust/{quote(name, safe='')}")
-
-    # -- the project's services (admin) --------------------------------------------------------
-
-    async def services(self) -> list[ProjectServiceInfo]:
-        answer = await self.session.json("GET", "/v1/services")
-        return [ProjectServiceInfo.from_wire(item) for item in answer.get("services", [])]
-
-    async def add_service(
-        self,
-        name: str,
-        target: str | None = None,
-        *,
-        sandbox: str | None = None,
-        port: int | None = None,
-    ) -> ProjectServiceInfo:
-        """Add (or replace) service `name` at `target` (`IPV4:PORT`), or, with `sandbox` and
-        `port`, as that port of that sandbox (other sandboxes then reach `name:port`)."""
-        body: dict[str, Any] = {"target": target}
-        if sandbox is not None or port is not None:
-            body = {"sandbox_id": sandbox, "port": port}
-        answer = await self.session.json(
-            "PUT", f"/v1/services/{quote(name, safe='')}", json_body=body
-        )
-        return ProjectServiceInfo.from_wire(answer)
-
-    async def remove_service(self, name: str) -> None:
-        await self.session.request("DELETE", f"/v1/services/{quote(name, safe='')}")
 
     # -- brokered secrets (admin; docs/secrets.md) ---------------------------------------------
 

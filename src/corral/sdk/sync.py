@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from corral.sdk.ports import AsyncPorts
     from corral.sdk.process import AsyncProcess
     from corral.sdk.pty import AsyncPty, AsyncPtys
+    from corral.sdk.services import AsyncServices
     from corral.sdk.workspace import (
         ApiKeyInfo,
         AsyncKeys,
@@ -77,6 +78,7 @@ __all__ = [
     "Pty",
     "Ptys",
     "Sandbox",
+    "Services",
 ]
 
 
@@ -632,6 +634,32 @@ class Policy:
         return portal().call(self._async.set(**changes))
 
 
+class Services:
+    """`AsyncServices`, synchronous: see it for what each call does."""
+
+    def __init__(self, inner: AsyncServices) -> None:
+        self._async = inner
+
+    def add(
+        self,
+        name: str,
+        target: str | None = None,
+        *,
+        sandbox: str | None = None,
+        port: int | None = None,
+    ) -> ProjectServiceInfo:
+        """Add (or replace) service `name` at `target` (`IPV4:PORT`), or, with `sandbox` and
+        `port`, as that port of that sandbox (other sandboxes then reach `name:port`).
+        """
+        return portal().call(self._async.add(name, target, sandbox=sandbox, port=port))
+
+    def list(self) -> builtins.list[ProjectServiceInfo]:
+        return portal().call(self._async.list())
+
+    def remove(self, name: str) -> None:
+        portal().call(self._async.remove(name))
+
+
 class Client:
     """`AsyncClient`, synchronous: see it for what each call does."""
 
@@ -646,6 +674,7 @@ class Client:
         self._async = AsyncClient(url, api_key, transport=transport, timeout=timeout)
         self.keys = Keys(self._async.keys)
         self.policy = Policy(self._async.policy)
+        self.services = Services(self._async.services)
 
     def __repr__(self) -> str:
         return repr(self._async).replace("<Async", "<", 1)
@@ -822,25 +851,6 @@ class Client:
 
     def untrust_key(self, name: str) -> None:
         portal().call(self._async.untrust_key(name))
-
-    def services(self) -> list[ProjectServiceInfo]:
-        return portal().call(self._async.services())
-
-    def add_service(
-        self,
-        name: str,
-        target: str | None = None,
-        *,
-        sandbox: str | None = None,
-        port: int | None = None,
-    ) -> ProjectServiceInfo:
-        """Add (or replace) service `name` at `target` (`IPV4:PORT`), or, with `sandbox` and
-        `port`, as that port of that sandbox (other sandboxes then reach `name:port`).
-        """
-        return portal().call(self._async.add_service(name, target, sandbox=sandbox, port=port))
-
-    def remove_service(self, name: str) -> None:
-        portal().call(self._async.remove_service(name))
 
     def secrets(self) -> list[SecretInfo]:
         """The workspace's secrets: names, presets, hosts, last use; never values."""

@@ -4,7 +4,10 @@ Every mutating call and every refused call is recorded (the edge decides which c
 and fills in an ``AuditNote`` for the request; services add the target they made, e.g. the id of
 a new sandbox, with ``note_target``). Entries are appended to the store in batches by one writer
 task, so a request never waits for the log's fsync; ``flush`` writes what is pending (queries and
-the daemon's stop call it). The store refuses to change or delete an entry (``storage/audit.py``).
+the daemon's stop call it). Flushes are serialised by a lock held until the batch is committed, so
+a query's flush also waits for a batch the writer task took but has not committed yet: a query
+sees every entry recorded before it. The store refuses to change or delete an entry
+(``storage/audit.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class AuditLog:
         self._pending: list[AuditEntry] = []
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
+        self._flushing = asyncio.Lock()
         self.dropped = 0
 
     def start(self) -> None:
@@ -86,9 +90,20 @@ class AuditLog:
         self._wake.set()
 
     async def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if pending:
-            await asyncio.to_thread(self._db.audit.append, pending)
+        """Write what is pending; return once it, and any batch taken before, is committed."""
+        async with self._flushing:
+            pending, self._pending = self._pending, []
+            if not pending:
+                return
+            write = asyncio.ensure_future(asyncio.to_thread(self._db.audit.append, pending))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # The thread goes on writing; keep the lock until it has, so the next flush
+                # (e.g. the one in ``stop``) cannot answer before this batch is in the store.
+                with contextlib.suppress(Exception):
+                    await write
+                raise
 
     async def _write_loop(self) -> None:
         while True:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from corral.agent import AGENT_PATH
@@ -62,10 +63,12 @@ async def agent(tmp_path: Path) -> AsyncIterator[LocalAgent]:
     assert process.stdin is not None
     process.stdin.write(f"{AGENT_KEY}\n".encode())  # the key, as the runtime hands it over
     process.stdin.close()
-    client = AgentClient("127.0.0.1", port)
+    # Patient bounds: they only guard against a hung agent, and a loaded 2-core CI machine can
+    # take many seconds to answer a call that starts or lists a thousand processes.
+    client = AgentClient("127.0.0.1", port, unary_timeout=httpx.Timeout(300.0, connect=60.0))
     client.set_key(AGENT_KEY)
     try:
-        await client.wait_ready(10.0)
+        await client.wait_ready(120.0)
         yield LocalAgent(client=client, pid=process.pid, port=port)
     finally:
         # Process groups outlive the agent on a host (no PID namespace): kill what is left.

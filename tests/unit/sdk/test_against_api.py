@@ -59,3 +59,15 @@ async def test_sandbox_exec_files_roundtrip(client: AsyncClient, tmp_path: Path)
     assert [s.id for s in listed] == [sbx.id]
     await sbx.kill()
     assert (await sbx.info()).state == "killed"
+
+
+async def test_project_services_are_added_listed_and_removed(client: AsyncClient) -> None:
+    added = await client.services.add("db.project", "10.1.2.3:5432")
+    assert (added.name, added.address, added.ports) == ("db.project", "10.1.2.3", [5432])
+    await client.services.add("db.project", "10.1.2.4:5433")  # replaces it
+    listed = await client.services.list()
+    assert [(s.name, s.address, s.ports) for s in listed] == [("db.project", "10.1.2.4", [5433])]
+    await client.services.remove("db.project")
+    assert await client.services.list() == []
+    with pytest.raises(NotFound):
+        await client.services.remove("db.project")

@@ -16,7 +16,7 @@ import corral.sdk as sdk
 
 SYNC_TWINS = [
     *("Client", "Code", "Files", "Keys", "Network", "Policy", "Ports", "Process", "Pty", "Ptys"),
-    "Sandbox",
+    *("Sandbox", "Services"),
 ]
 ASYNC_CORE = [f"Async{name}" for name in SYNC_TWINS]
 

@@ -268,7 +268,15 @@ class TemplateBuilder:
                 await asyncio.to_thread(partial(unmount, merged, busy_wait=5.0, lazy=False))
                 mounted = False
                 # The store takes layers by rename: bring the layer over from the build's disk.
-                await run_command(["cp", "-a", "--preserve=xattr", str(disk / "upper"), str(work)])
+                # A local copy whose length grows with the layer: no timeout (a big layer on a
+                # loaded host is slow, not hung); cancelling the build kills the copy.
+                copy = ["cp", "-a", "--preserve=xattr", str(disk / "upper"), str(work)]
+                try:
+                    await run_command(copy, timeout=None)
+                except CommandError as exc:
+                    raise BuildFailed(
+                        f"copying the new layer out of the build's disk failed: {exc}"
+                    ) from exc
                 await remove_disk(disk_image, disk)
                 disk_made = False
                 new_layer = await asyncio.to_thread(self._finish_layer, work / "upper", base)

@@ -140,6 +140,10 @@ class Reconciler:
                 log.info("sandbox %s: an interrupted park had finished; parked", record.id)
                 return False
             await asyncio.to_thread(shutil.rmtree, partial, True)
+        # Frozen for idleness by the daemon before: thawed first (runsc state waits on a frozen
+        # sandbox; thawing one that is not frozen or not running does nothing).
+        with contextlib.suppress(RuntimeFailure):
+            await self.runtime.thaw(record.id)
         info = await self.runtime.info(record.id)
         alive = info.status in (RuntimeStatus.RUNNING, RuntimeStatus.PAUSED)
         if op == Operation.WAKING and not alive:
@@ -152,9 +156,6 @@ class Reconciler:
         image_key = None
         if op == Operation.WAKING and record.image_path:
             image_key = self.live.keys.of_image(Path(record.image_path))
-        if alive:  # frozen for idleness by the daemon before
-            with contextlib.suppress(RuntimeFailure):
-                await self.runtime.thaw(record.id)
         if alive and await self.live.adopt(record, image_key):
             if info.status is RuntimeStatus.PAUSED:
                 await self.runtime.resume(record.id)

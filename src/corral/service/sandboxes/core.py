@@ -297,6 +297,8 @@ class SandboxService:
         )
 
     async def check_alive(self, record: SandboxRecord) -> None:
+        if self.freezer.is_frozen(record.id) or self.freezer.changing(record.id):
+            return  # runsc state would wait on a frozen sandbox; its thaw finds out
         try:
             info = await self.runtime.info(record.id)
         except RuntimeFailure as exc:

@@ -42,6 +42,11 @@ class Freezer:
     def is_frozen(self, sandbox_id: str) -> bool:
         return sandbox_id in self._frozen
 
+    def changing(self, sandbox_id: str) -> bool:
+        """A freeze or thaw of the sandbox is in flight."""
+        lock = self._locks.get(sandbox_id)
+        return lock is not None and lock.locked()
+
     def _lock(self, sandbox_id: str) -> asyncio.Lock:
         lock = self._locks.get(sandbox_id)
         if lock is None:
