@@ -100,9 +100,11 @@ class PortForwarder:
         )
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in DROPPED_HEADERS]
         client = self._client()
-        request = client.build_request(
-            scope["method"], url, headers=headers, content=_body(receive)
-        )
+        names = {k.lower() for k, _ in scope["headers"]}
+        has_body = b"content-length" in names or b"transfer-encoding" in names
+        # Without a body, receive() is left to the disconnect watch alone.
+        content = _body(receive) if has_body else None
+        request = client.build_request(scope["method"], url, headers=headers, content=content)
         with self._ws.ports.activity(sandbox_id):  # not frozen while the request is open
             try:
                 upstream = await client.send(request, stream=True)
