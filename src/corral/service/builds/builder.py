@@ -187,6 +187,7 @@ class TemplateBuilder:
         disk_image, disk = work / "disk.img", work / "disk"
         mounted = disk_made = False
         index: int | None = None
+        reported: BuildFailed | None = None
         total = len(plan.steps)
         source = plan.label
         await handle.emit(
@@ -313,15 +314,8 @@ class TemplateBuilder:
                 log.exception("build of %s failed", plan.template.name)
                 where = f"step {index}: " if index else ""
                 failure = BuildFailed(f"{where}{type(exc).__name__}: {exc}", index=index)
-            with contextlib.suppress(Exception):
-                await handle.emit(
-                    {
-                        "type": "failed",
-                        "error": f"building template {plan.template.name!r}: {failure}",
-                        "index": failure.index,
-                        "exit_code": failure.exit_code,
-                    }
-                )
+            # Reported after the clean-up below, so whoever sees "failed" finds nothing left.
+            reported = failure
             if not isinstance(exc, Exception):
                 raise
             return None
@@ -340,6 +334,16 @@ class TemplateBuilder:
             for owned in plan.owned:
                 await asyncio.to_thread(shutil.rmtree, owned, True)
             self.release(plan)
+            if reported is not None:
+                with contextlib.suppress(Exception):
+                    await handle.emit(
+                        {
+                            "type": "failed",
+                            "error": f"building template {plan.template.name!r}: {reported}",
+                            "index": reported.index,
+                            "exit_code": reported.exit_code,
+                        }
+                    )
 
     async def _step(
         self,
