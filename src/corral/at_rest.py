@@ -13,6 +13,7 @@ parents instead.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -98,3 +99,23 @@ def secure_data_dir(data_dir: Path) -> None:
                             if item.name == _SANDBOX_TMP:
                                 continue  # the lower dir of the sandbox's /tmp: 1777 inside
                             _fix(item.path, item.stat(follow_symlinks=False))
+
+
+def load_or_make_key(path: Path, size: int = 32) -> bytes:
+    """The random key in ``path`` (exactly ``size`` bytes), made 0600 through a rename at first use;
+    a missing or short file is replaced by a fresh key."""
+    try:
+        raw = path.read_bytes()
+        if len(raw) == size:
+            return raw
+    except FileNotFoundError:
+        pass
+    raw = secrets.token_bytes(size)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(raw)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return raw

@@ -15,33 +15,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from corral.at_rest import load_or_make_key
 
 SECRET_FILE = "e2b.secret"
 
 
 def load_secret(data_dir: Path) -> bytes:
     """The token secret of this data dir, made (0600) at first use."""
-    path = data_dir / SECRET_FILE
-    try:
-        raw = path.read_bytes()
-        if len(raw) == 32:
-            return raw
-    except FileNotFoundError:
-        pass
-    raw = secrets.token_bytes(32)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(raw)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return raw
+    return load_or_make_key(data_dir / SECRET_FILE)
 
 
 class AccessTokens:

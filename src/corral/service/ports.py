@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
 import secrets
 import time
@@ -32,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.at_rest import load_or_make_key
 from corral.service.errors import (
     Forbidden,
     InvalidRequest,
@@ -83,22 +83,7 @@ def port_url_paths(sandbox_id: str, port: int) -> str:
 
 
 def _load_secret(data_dir: Path) -> bytes:
-    path = data_dir / SECRET_FILE
-    try:
-        raw = path.read_bytes()
-        if len(raw) == 32:
-            return raw
-    except FileNotFoundError:
-        pass
-    raw = secrets.token_bytes(32)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(raw)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return raw
+    return load_or_make_key(data_dir / SECRET_FILE)
 
 
 class PortService:
