@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False  # typing is not imported at run time (the agent starts lean)
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["CAP_SYS_ADMIN", "DiskRootError", "drop_sys_admin", "enter_disk_root", "has_sys_admin"]
 
 CAP_SYS_ADMIN = 21
@@ -42,7 +46,7 @@ class DiskRootError(Exception):
     """Entering the disk root or dropping the capability failed (the message says which step)."""
 
 
-def _libc():  # type: ignore[no-untyped-def]
+def _libc() -> tuple[Any, Any]:  # (ctypes, libc): ctypes is loaded only when needed
     import ctypes  # ~10 ms inside gVisor: only sandboxes that need it pay
 
     return ctypes, ctypes.CDLL(None, use_errno=True)

@@ -56,7 +56,7 @@ class RequestBody:
             return b""
         if self.chunked and self.remaining == 0 and not self._next_chunk():
             return b""
-        data = self.rfile.read(min(size, self.remaining))
+        data: bytes = self.rfile.read(min(size, self.remaining))
         if not data:
             raise ConnectionError("request body ended early")
         self.remaining -= len(data)
@@ -126,7 +126,8 @@ def parse_int(value: object, name: str, default: int | None = None) -> int:
     try:
         if isinstance(value, bool):
             raise ValueError
-        return int(value)  # type: ignore[call-overload]
+        number: int = int(value)  # type: ignore[call-overload]
+        return number
     except (TypeError, ValueError):
         raise bad_request(f"{name!r} must be an integer, not {value!r}") from None
 

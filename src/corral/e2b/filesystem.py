@@ -69,18 +69,22 @@ class FilesystemHandler(Filesystem):
     def __init__(self, ws: Workspace) -> None:
         self._ws = ws
 
-    async def _call(self, ctx: RequestContext, action: str, method: str, *args: Any) -> Any:
+    async def _call(
+        self, ctx: RequestContext[Any, Any], action: str, method: str, *args: Any
+    ) -> Any:
         sandbox_id = sandbox_of(ctx.request_headers)
         try:
             return await self._ws.files.call(sandbox_id, action, method, *args)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
 
-    async def stat(self, request: pb.StatRequest, ctx: RequestContext) -> pb.StatResponse:
+    async def stat(self, request: pb.StatRequest, ctx: RequestContext[Any, Any]) -> pb.StatResponse:
         info = await self._call(ctx, "stat files of", "stat", request.path)
         return pb.StatResponse(entry=to_entry(info))
 
-    async def make_dir(self, request: pb.MakeDirRequest, ctx: RequestContext) -> pb.MakeDirResponse:
+    async def make_dir(
+        self, request: pb.MakeDirRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.MakeDirResponse:
         created = await self._call(ctx, "make directories in", "mkdir", request.path, True)
         if isinstance(created, dict):
             created = created.get("created")
@@ -89,11 +93,13 @@ class FilesystemHandler(Filesystem):
         info = await self._call(ctx, "stat files of", "stat", request.path)
         return pb.MakeDirResponse(entry=to_entry(info))
 
-    async def move(self, request: pb.MoveRequest, ctx: RequestContext) -> pb.MoveResponse:
+    async def move(self, request: pb.MoveRequest, ctx: RequestContext[Any, Any]) -> pb.MoveResponse:
         info = await self._call(ctx, "move files in", "move", request.source, request.destination)
         return pb.MoveResponse(entry=to_entry(info))
 
-    async def list_dir(self, request: pb.ListDirRequest, ctx: RequestContext) -> pb.ListDirResponse:
+    async def list_dir(
+        self, request: pb.ListDirRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.ListDirResponse:
         depth = request.depth or 1
         if depth > MAX_DEPTH:
             raise ConnectError(Code.INVALID_ARGUMENT, f"depth must be at most {MAX_DEPTH}")
@@ -101,7 +107,9 @@ class FilesystemHandler(Filesystem):
         entries = listed["entries"] if isinstance(listed, dict) else listed
         return pb.ListDirResponse(entries=[to_entry(e) for e in entries])
 
-    async def remove(self, request: pb.RemoveRequest, ctx: RequestContext) -> pb.RemoveResponse:
+    async def remove(
+        self, request: pb.RemoveRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.RemoveResponse:
         await self._call(ctx, "remove files in", "remove", request.path, True)
         return pb.RemoveResponse()
 
@@ -111,7 +119,7 @@ class FilesystemHandler(Filesystem):
         return int(raw)
 
     async def watch_dir(
-        self, request: pb.WatchDirRequest, ctx: RequestContext
+        self, request: pb.WatchDirRequest, ctx: RequestContext[Any, Any]
     ) -> AsyncIterator[pb.WatchDirResponse]:
         watch_id = await self._call(
             ctx, "watch directories in", "create_watch", request.path, request.recursive
@@ -134,7 +142,7 @@ class FilesystemHandler(Filesystem):
                 await self._call(ctx, "stop watching in", "remove_watch", watch_id)
 
     async def create_watcher(
-        self, request: pb.CreateWatcherRequest, ctx: RequestContext
+        self, request: pb.CreateWatcherRequest, ctx: RequestContext[Any, Any]
     ) -> pb.CreateWatcherResponse:
         watch_id = await self._call(
             ctx, "watch directories in", "create_watch", request.path, request.recursive
@@ -142,14 +150,14 @@ class FilesystemHandler(Filesystem):
         return pb.CreateWatcherResponse(watcher_id=str(watch_id))
 
     async def get_watcher_events(
-        self, request: pb.GetWatcherEventsRequest, ctx: RequestContext
+        self, request: pb.GetWatcherEventsRequest, ctx: RequestContext[Any, Any]
     ) -> pb.GetWatcherEventsResponse:
         watch_id = self._watcher_id(request.watcher_id)
         batch = await self._call(ctx, "read the watcher of", "watch_events", watch_id, 0.0)
         return pb.GetWatcherEventsResponse(events=to_events(batch["events"]))
 
     async def remove_watcher(
-        self, request: pb.RemoveWatcherRequest, ctx: RequestContext
+        self, request: pb.RemoveWatcherRequest, ctx: RequestContext[Any, Any]
     ) -> pb.RemoveWatcherResponse:
         watch_id = self._watcher_id(request.watcher_id)
         await self._call(ctx, "stop watching in", "remove_watch", watch_id)

@@ -166,7 +166,7 @@ class ProcessHandler(Process):
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
 
-    async def list(self, request: pb.ListRequest, ctx: RequestContext) -> pb.ListResponse:
+    async def list(self, request: pb.ListRequest, ctx: RequestContext[Any, Any]) -> pb.ListResponse:
         sandbox_id = sandbox_of(ctx.request_headers)
         try:
             items = await self._listed(sandbox_id)
@@ -186,7 +186,7 @@ class ProcessHandler(Process):
         return pb.ListResponse(processes=out)
 
     async def start(
-        self, request: pb.StartRequest, ctx: RequestContext
+        self, request: pb.StartRequest, ctx: RequestContext[Any, Any]
     ) -> AsyncIterator[pb.StartResponse]:
         headers = ctx.request_headers
         sandbox_id = sandbox_of(headers)
@@ -226,7 +226,7 @@ class ProcessHandler(Process):
         return await self._ws.processes.events(sandbox_id, pid, -1, True)
 
     async def connect(
-        self, request: pb.ConnectRequest, ctx: RequestContext
+        self, request: pb.ConnectRequest, ctx: RequestContext[Any, Any]
     ) -> AsyncIterator[pb.ConnectResponse]:
         headers = ctx.request_headers
         sandbox_id = sandbox_of(headers)
@@ -239,7 +239,9 @@ class ProcessHandler(Process):
         async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers), pty):
             yield pb.ConnectResponse(event=out)
 
-    async def update(self, request: pb.UpdateRequest, ctx: RequestContext) -> pb.UpdateResponse:
+    async def update(
+        self, request: pb.UpdateRequest, ctx: RequestContext[Any, Any]
+    ) -> pb.UpdateResponse:
         """Resize a terminal (the only update envd has)."""
         sandbox_id = sandbox_of(ctx.request_headers)
         size = request.pty.size if request.pty is not None else None
@@ -260,7 +262,7 @@ class ProcessHandler(Process):
         await self._call(sandbox_id, "send input in", "send_stdin", pid, bytes(chosen.value))
 
     async def send_input(
-        self, request: pb.SendInputRequest, ctx: RequestContext
+        self, request: pb.SendInputRequest, ctx: RequestContext[Any, Any]
     ) -> pb.SendInputResponse:
         sandbox_id = sandbox_of(ctx.request_headers)
         try:
@@ -271,7 +273,7 @@ class ProcessHandler(Process):
         return pb.SendInputResponse()
 
     async def stream_input(
-        self, request: AsyncIterator[pb.StreamInputRequest], ctx: RequestContext
+        self, request: AsyncIterator[pb.StreamInputRequest], ctx: RequestContext[Any, Any]
     ) -> pb.StreamInputResponse:
         sandbox_id = sandbox_of(ctx.request_headers)
         pid: int | None = None
@@ -291,7 +293,7 @@ class ProcessHandler(Process):
         return pb.StreamInputResponse()
 
     async def send_signal(
-        self, request: pb.SendSignalRequest, ctx: RequestContext
+        self, request: pb.SendSignalRequest, ctx: RequestContext[Any, Any]
     ) -> pb.SendSignalResponse:
         sandbox_id = sandbox_of(ctx.request_headers)
         signal = SIGNALS.get(request.signal)
@@ -305,7 +307,7 @@ class ProcessHandler(Process):
         return pb.SendSignalResponse()
 
     async def close_stdin(
-        self, request: pb.CloseStdinRequest, ctx: RequestContext
+        self, request: pb.CloseStdinRequest, ctx: RequestContext[Any, Any]
     ) -> pb.CloseStdinResponse:
         sandbox_id = sandbox_of(ctx.request_headers)
         try:

@@ -235,7 +235,7 @@ def has_table(table: str) -> bool:
     """Whether the ``inet`` table exists in the calling thread's namespace."""
     _check_name(table)
     rc, _, _ = _nft().cmd(f"list table inet {table}")
-    return rc == 0
+    return bool(rc == 0)
 
 
 def delete_table(table: str, what: str) -> bool:

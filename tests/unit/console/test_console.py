@@ -7,6 +7,7 @@ import json
 import re
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Origin
 
 from tests.unit.console.conftest import Served
 
@@ -112,7 +113,7 @@ async def test_terminal_over_a_websocket_types_resizes_interrupts_and_reattaches
 
         seen = bytearray()
         async with connect(
-            f"{ws_url}?rows=31&cols=97", origin=served.origin, additional_headers=headers
+            f"{ws_url}?rows=31&cols=97", origin=Origin(served.origin), additional_headers=headers
         ) as socket:
             ready = json.loads(await socket.recv())
             assert ready["type"] == "ready"
@@ -131,7 +132,9 @@ async def test_terminal_over_a_websocket_types_resizes_interrupts_and_reattaches
         # The page reloads: reattach by pid; the buffered screen replays, typing goes on.
         again = bytearray()
         async with connect(
-            f"{ws_url}?rows=40&cols=120&pid={pid}", origin=served.origin, additional_headers=headers
+            f"{ws_url}?rows=40&cols=120&pid={pid}",
+            origin=Origin(served.origin),
+            additional_headers=headers,
         ) as socket:
             assert json.loads(await socket.recv()) == {"type": "ready", "pid": pid}
             await _read_until(socket, rb"alive-2", again)

@@ -39,11 +39,9 @@ Events (``type`` and fields)::
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import logging
-import os
 import shutil
 import string
 import time
@@ -56,15 +54,15 @@ from corral.config import Settings
 from corral.images.cas import PREBUILT, ContentStore, ImageConfig, ImageManifest, layer_digest
 from corral.images.mounts import mount_overlay, unmount
 from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout
-from corral.images.steps import BuildStep
-from corral.runtime.agent_client import AgentClient, AgentError
+from corral.runtime.agent_client import AgentError
 from corral.runtime.base import Resources
 from corral.runtime.disk import DiskError, create_disk, remove_disk
 from corral.runtime.host_commands import CommandError, run_command
-from corral.service.builds.copy import CopyFailed, copy_sources
+from corral.service.builds.copy import CopyFailed
 from corral.service.builds.log import BuildHandle
 from corral.service.builds.plan import BuildFailed, BuildPlan
 from corral.service.builds.sandbox import BuildSandbox
+from corral.service.builds.steps import apply_step
 from corral.service.errors import CorralError
 from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.live import LiveSandboxes
@@ -229,7 +227,7 @@ class TemplateBuilder:
                 limit = asyncio.timeout(plan.step_timeout)
                 try:
                     async with limit:
-                        config, exit_code = await self._step(step, config, sandbox, plan, handle, i)
+                        config, exit_code = await apply_step(step, config, sandbox, plan, handle, i)
                 except TimeoutError as exc:
                     if not limit.expired():
                         raise
@@ -338,111 +336,6 @@ class TemplateBuilder:
                             "exit_code": reported.exit_code,
                         }
                     )
-
-    async def _step(
-        self,
-        step: BuildStep,
-        config: ImageConfig,
-        sandbox: BuildSandbox | None,
-        plan: BuildPlan,
-        handle: BuildHandle,
-        index: int,
-    ) -> tuple[ImageConfig, int]:
-        kind, value = step.kind, step.value
-        if kind == "env":
-            return dataclasses.replace(config, env={**config.env, **value}), 0  # type: ignore[dict-item]
-        if kind == "label":
-            return dataclasses.replace(config, labels={**config.labels, **value}), 0  # type: ignore[dict-item]
-        if kind == "user":
-            return dataclasses.replace(config, user=str(value)), 0
-        if kind in ("cmd", "entrypoint"):
-            return dataclasses.replace(config, **{kind: list(value)}), 0  # type: ignore[call-overload]
-        assert sandbox is not None
-        client = await sandbox.agent()
-        if kind == "workdir":
-            path = os.path.join(config.workdir or "/", str(value))
-            await client.mkdir(path, parents=True)
-            return dataclasses.replace(config, workdir=path), 0
-        if kind == "copy":
-            await self._copy(client, step, config, plan, handle, index)
-            return config, 0
-        if kind == "run":
-            return config, await self._run(client, step, config, plan, handle, index)
-        if kind == "file":  # from a recipe (service/templates/recipes.py), never from a request
-            spec: dict[str, Any] = step.value  # type: ignore[assignment]
-            await client.write_file(spec["path"], spec["data"], mode=spec["mode"], parents=True)
-            return config, 0
-        raise BuildFailed(f"step {index}: unknown step kind {kind!r}", index=index)
-
-    async def _run(
-        self,
-        client: AgentClient,
-        step: BuildStep,
-        config: ImageConfig,
-        plan: BuildPlan,
-        handle: BuildHandle,
-        index: int,
-    ) -> int:
-        spec: dict[str, Any] = {
-            "env": {**plan.build_args, **step.build_env, **config.env},
-            "cwd": config.workdir or "/",
-            "user": config.user,
-        }
-        if isinstance(step.value, list):
-            spec["cmd"] = step.value
-        else:
-            spec["shell"] = str(step.value)
-        stream = client.stream_process(spec)
-        exit_code: int | None = None
-        try:
-            async for event in stream:
-                kind = event.get("type")
-                if kind in ("stdout", "stderr"):
-                    data = base64.b64decode(event.get("data") or "").decode(errors="replace")
-                    await handle.emit(
-                        {"type": "output", "index": index, "stream": kind, "data": data}
-                    )
-                elif kind == "exit":
-                    exit_code = event.get("exit_code")
-                    if exit_code is None:
-                        exit_code = 128 + int(event.get("signal") or 9)
-        except AgentError as exc:
-            if exc.code == "exec_failed":
-                raise BuildFailed(
-                    f"step {index} ({step.describe()}): {exc}", index=index, exit_code=127
-                ) from exc
-            raise
-        finally:
-            await stream.aclose()
-        if exit_code is None:
-            raise BuildFailed(
-                f"step {index} ({step.describe()}): the process vanished", index=index
-            )
-        return int(exit_code)
-
-    async def _copy(
-        self,
-        client: AgentClient,
-        step: BuildStep,
-        config: ImageConfig,
-        plan: BuildPlan,
-        handle: BuildHandle,
-        index: int,
-    ) -> None:
-        value: dict[str, Any] = step.value  # type: ignore[assignment]
-        dst = os.path.join(config.workdir or "/", str(value["dst"]))
-
-        async def say(text: str) -> None:
-            await handle.emit(
-                {"type": "output", "index": index, "stream": "info", "data": text + "\n"}
-            )
-
-        try:
-            await copy_sources(client, value, plan.context, dst, say)
-        except CopyFailed as exc:
-            raise BuildFailed(
-                f"step {index} ({step.describe()}): {exc}", index=index, exit_code=1
-            ) from exc
 
     def _finish_layer(self, upper: Path, base: ImageManifest) -> str | None:
         """Drop the agent's mount points from the new layer and store it; None if it is empty."""
