@@ -2,9 +2,11 @@
 
 A sample holds CPU use (percent of the sandbox's CPU allowance, over the time since the previous
 sample of the same sandbox, or since it booted for the first), memory in use and as file cache,
-and disk use against its limits. Nothing is stored: a parked, killed or unknown sandbox has no
-sample. The previous CPU reading of each sandbox is kept in memory only (bounded by the number of
-sandboxes asked about; forgotten when a sandbox is no longer running).
+disk use against its limits, and network traffic (bytes and packets received and sent since the
+sandbox was created, over park and wake, without the daemon's control channel: ``traffic.py``).
+Nothing is stored here: a parked, killed or unknown sandbox has no sample. The previous CPU
+reading of each sandbox is kept in memory only (bounded by the number of sandboxes asked about;
+forgotten when a sandbox is no longer running).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 from corral.service.errors import StateConflict
 from corral.service.sandboxes import SandboxService
+from corral.service.traffic import recorded_traffic
 
 __all__ = ["MetricsService", "SandboxMetrics"]
 
@@ -31,6 +34,10 @@ class SandboxMetrics:
     mem_cache: int
     disk_used: int
     disk_total: int
+    net_rx_bytes: int = 0
+    net_rx_packets: int = 0
+    net_tx_bytes: int = 0
+    net_tx_packets: int = 0
 
 
 class MetricsService:
@@ -59,6 +66,8 @@ class MetricsService:
         cpus = max(record.cpu, 0.01)
         percent = min(max(used / (elapsed * cpus) * 100, 0.0), 100.0)
         disk_used = await self._sandboxes.runtime.disk_usage_mib(sandbox_id)
+        live = await self._sandboxes.live.traffic(sandbox_id)
+        traffic = recorded_traffic(record) + live if live else recorded_traffic(record)
         return SandboxMetrics(
             sandbox_id=sandbox_id,
             timestamp=wall,
@@ -69,4 +78,8 @@ class MetricsService:
             mem_cache=usage.cache_bytes,
             disk_used=disk_used * MIB,
             disk_total=record.disk_mib * MIB,
+            net_rx_bytes=traffic.rx_bytes,
+            net_rx_packets=traffic.rx_packets,
+            net_tx_bytes=traffic.tx_bytes,
+            net_tx_packets=traffic.tx_packets,
         )

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.config import Settings
-from corral.network.base import Network, Slot
+from corral.network.base import Network, Slot, Traffic
 from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
 from corral.runtime.base import (
     AgentMount,
@@ -317,6 +317,18 @@ class LiveSandboxes:
         except AgentError as exc:
             log.error("sandbox %s: checking its agent key failed: %s", sandbox_id, exc)
         client.set_key(key)
+
+    async def traffic(self, sandbox_id: str) -> Traffic | None:
+        """What a live sandbox sent and received in its current slot (None: not live, or its
+        slot cannot tell); never raises (logs what failed)."""
+        slot = self._slots.get(sandbox_id)
+        if slot is None:
+            return None
+        try:
+            return await self.network.traffic(slot)
+        except Exception as exc:
+            log.error("sandbox %s: reading its traffic counters failed: %s", sandbox_id, exc)
+            return None
 
     def slot_index_of(self, sandbox_id: str) -> int | None:
         slot = self._slots.get(sandbox_id)
