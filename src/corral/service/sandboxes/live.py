@@ -2,8 +2,11 @@
 makes and unmakes them (boot or restore into a slot, adopt after a restart, checkpoint, release).
 
 Invariants:
-- a sandbox is live (in ``_slots`` and ``_clients``) only between a successful ``boot`` or
-  ``adopt`` and its ``detach`` or ``release_resources``; a failed boot releases all it made;
+- a sandbox is live (in ``_slots`` and ``_clients``) only between a successful ``boot``,
+  ``boot_build`` or ``adopt`` and its ``detach`` or ``release_resources``; a failed boot releases
+  all it made;
+- every boot, a build's sandbox included, waits its turn in one admission of boots
+  (``max_concurrent_boots``) and goes lease → prepare → egress → start → agent ready;
 - every agent has a key of its own (``agent_keys.py``): a cold boot is given a new one, a restore
   is rekeyed before anything else is asked of it; a checkpoint puts the key beside the memory;
 - a boot's agent is waited for as long as the sandbox is alive and progressing (it used CPU in
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from corral.config import Settings
 from corral.network.base import Network, Slot, Traffic
+from corral.network.policy import EgressPolicy
 from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
 from corral.runtime.base import (
     AgentMount,
@@ -35,7 +39,7 @@ from corral.runtime.base import (
     RuntimeStatus,
     SandboxSpec,
 )
-from corral.service.agent_keys import AgentKeys
+from corral.service.agent_keys import AgentKeys, new_agent_key
 from corral.service.errors import (
     CorralError,
     ExecFailed,
@@ -177,19 +181,17 @@ class LiveSandboxes:
             else:
                 key = old_key
                 await self.runtime.restore(self.spec_for(record, rootfs, slot, env), image_dir)
-            client = self.connect_agent(record.id, slot)
-            client.set_key(key)
-            try:
-                await self._await_agent(record.id, client, verb)
-                if old_key is not None:
+            client = await self._connect(record.id, slot, key, verb)
+            if old_key is not None:
+                try:
                     await client.rekey(
                         self.keys.issue(record.id),
                         boot_id=secrets.token_hex(16),
                         seed=secrets.token_hex(32),
                     )
-            except BaseException:
-                await client.aclose()
-                raise
+                except BaseException:
+                    await client.aclose()
+                    raise
             self._slots[record.id] = slot
             self._clients[record.id] = client
         except BaseException as exc:
@@ -200,6 +202,55 @@ class LiveSandboxes:
             if isinstance(exc, CorralError | asyncio.CancelledError):
                 raise
             raise OperationFailed(f"{verb} sandbox {record.id} failed: {exc}") from exc
+
+    async def boot_build(
+        self, sandbox_id: str, rootfs: Path, resources: Resources, policy: EgressPolicy
+    ) -> AgentClient:
+        """Boot a template build's sandbox over its writable overlay ``rootfs`` with egress
+        ``policy``, and return its ready agent. It has no record (a build sandbox is never parked,
+        restored or adopted), so its agent's key is kept in memory only. Released, like any live
+        sandbox, by ``release_resources(sandbox_id, None)``; on failure everything this call
+        made is released first and OperationFailed is raised."""
+        async with self._boots:
+            slot: Slot | None = None
+            try:
+                slot = await self.network.lease()
+                await self.network.prepare(slot)
+                await self.policies.egress.attach(sandbox_id, slot, policy)
+                key = new_agent_key()
+                spec = SandboxSpec(
+                    sandbox_id=sandbox_id,
+                    rootfs=rootfs,
+                    resources=resources,
+                    agent=self.agent_mount,
+                    netns_path=slot.netns_path,
+                    annotations={"corral.build": "1"},
+                    writable_root=True,
+                    agent_key=key,
+                    resolv_conf=self.policies.resolv_conf(),
+                )
+                await self.runtime.start(spec)
+                self._slots[sandbox_id] = slot
+                client = await self._connect(sandbox_id, slot, key, "booting build")
+                self._clients[sandbox_id] = client
+                return client
+            except BaseException as exc:
+                log.error("build sandbox %s: creating it failed: %s", sandbox_id, exc)
+                await self.release_resources(sandbox_id, None, slot)
+                if isinstance(exc, CorralError | asyncio.CancelledError):
+                    raise
+                raise OperationFailed(f"creating build sandbox {sandbox_id} failed: {exc}") from exc
+
+    async def _connect(self, sandbox_id: str, slot: Slot, key: str, verb: str) -> AgentClient:
+        """A client of the agent just started in ``slot``, once it answers (closed on failure)."""
+        client = self.connect_agent(sandbox_id, slot)
+        client.set_key(key)
+        try:
+            await self._await_agent(sandbox_id, client, verb)
+        except BaseException:
+            await client.aclose()
+            raise
+        return client
 
     async def _await_agent(self, sandbox_id: str, client: AgentClient, verb: str) -> None:
         """Wait for a booted sandbox's agent while the sandbox is alive and progressing: each
