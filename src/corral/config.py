@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -91,6 +92,10 @@ class Settings(BaseSettings):
     network_prefix: str = "corral"
     network_subnet: str = "10.200.0.0/16"
     agent_ready_timeout: float = 20.0
+    # Which in-sandbox agent runs as every sandbox's init (docs/agent-protocol.md): "python"
+    # (src/corral/agent, on the host's interpreter) or "go" (the static binary scripts/setup
+    # builds from src/corral/agent/go). Both speak the same protocol.
+    agent: Literal["python", "go"] = "python"
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)
