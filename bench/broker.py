@@ -15,7 +15,7 @@ client and the broker share this process's event loop; the upstream is its own p
 127.0.0.1 (``tests/broker_lab.py``). Nothing leaves loopback.
 
 Part 2, from a gVisor sandbox (what a user sees): a private daemon whose egress leads to the
-fake upstream of the e2e tests (``tests/e2e/secretlab.py``, namespaces made and removed here);
+fake upstream of the e2e tests (``tests/e2e/hostlab.py``, namespaces made and removed here);
 a Python client inside the sandbox times the same GET to a host its secret is bound to (through
 the broker) and to an unbound host (spliced), kept-alive and on new connections, in turn.
 Figures: p50 and p90 of each path, and the median of the paired differences (each brokered
@@ -132,13 +132,13 @@ def in_sandbox(requests: int, connections: int) -> dict[str, list[float]]:
 
     sys.path.insert(0, str(ROOT))
     from _harness import private_daemon
-    from tests.e2e.secretlab import daemon_env, secret_lab
+    from tests.e2e.hostlab import daemon_env, upstream_lab
 
     from corral import Client
 
     with (
         tempfile.TemporaryDirectory() as tmp,
-        secret_lab(Path(tmp)) as lab,
+        upstream_lab(Path(tmp)) as lab,
         private_daemon(daemon_env(lab)) as daemon,
         Client(daemon.url, daemon.key) as client,
     ):

@@ -1,6 +1,7 @@
 """Brokered secrets end to end: a real daemon and gVisor sandboxes whose egress leads to a fake
-upstream behind its own test CA, in a namespace this module makes (``secretlab.py``: HTTPS on two
-addresses, plain HTTP, DNS; only a veth and one route of our own, removed afterwards).
+upstream behind its own test CA, in a namespace this module makes (``hostlab.upstream_lab``:
+HTTPS on two addresses, plain HTTP, DNS; only a veth and one route of our own, removed
+afterwards).
 
 The upstream sees the real value; the sandbox never does -- not in its env, files, /proc, its
 memory image after a park, its export, the daemon's log or any API answer -- and every request
@@ -32,7 +33,7 @@ from tests.e2e.conftest import (
     start_daemon,
     stop_daemon,
 )
-from tests.e2e.secretlab import Lab, daemon_env, secret_lab
+from tests.e2e.hostlab import HostLab, daemon_env, page, upstream_lab
 
 VALUE = "live-" + secrets.token_hex(12)
 VALUE2 = "rotated-" + secrets.token_hex(12)
@@ -40,8 +41,8 @@ AWS_KEY_ID, AWS_SECRET = "AKIDREAL" + secrets.token_hex(4).upper(), "aws-" + sec
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with secret_lab(tmp_path_factory.mktemp("broker-lab"), AWS_KEY_ID, AWS_SECRET) as made:
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostLab]:
+    with upstream_lab(tmp_path_factory.mktemp("broker-lab"), AWS_KEY_ID, AWS_SECRET) as made:
         yield made
 
 
@@ -62,7 +63,7 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Place:
 
 
 @pytest.fixture(scope="module")
-def brokerd(place: Place, lab: Lab) -> Iterator[Daemon]:
+def brokerd(place: Place, lab: HostLab) -> Iterator[Daemon]:
     daemon = start_daemon(
         place.data_dir, place.prefix, place.subnet, place.port, extra_env=daemon_env(lab)
     )
@@ -159,21 +160,17 @@ def saw(request: dict[str, object], header: str) -> str:
 
 
 def test_the_upstream_gets_the_value_where_the_binding_allows(
-    brokerd: Daemon, sbx: Sandbox, lab: Lab
+    brokerd: Daemon, sbx: Sandbox, lab: HostLab
 ) -> None:
     placeholder = sh(sbx, 'printf %s "$API_TOKEN"')
     assert placeholder.startswith("corral-ph-") and VALUE not in placeholder
     assert "API_TOKEN AWS (brokered)" in brokerd.cli("info", sbx.id).stdout.decode()
     assert sh(sbx, "cat /root/.api-token").strip() == placeholder
     # curl trusts the broker's CA through the system bundle; python through SSL_CERT_FILE.
-    assert (
-        sh(
-            sbx,
-            'curl -sS -H "Authorization: Bearer $API_TOKEN" '
-            '"https://api.sec.test/get?key=$API_TOKEN"',
-        )
-        == "ok\n"
-    )
+    assert sh(
+        sbx,
+        'curl -sS -H "Authorization: Bearer $API_TOKEN" "https://api.sec.test/get?key=$API_TOKEN"',
+    ) == page(lab.web)
     got = lab.last("/get")
     assert saw(got, "authorization") == f"Bearer {VALUE}"
     assert got["target"] == f"/get?key={VALUE}"
@@ -190,7 +187,7 @@ def test_the_upstream_gets_the_value_where_the_binding_allows(
     assert saw(lab.last("/py"), "x-key") == VALUE
 
 
-def test_every_other_request_carries_the_placeholder(sbx: Sandbox, lab: Lab) -> None:
+def test_every_other_request_carries_the_placeholder(sbx: Sandbox, lab: HostLab) -> None:
     placeholder = sh(sbx, 'printf %s "$API_TOKEN"')
     head = '-H "X-Key: $API_TOKEN"'
     # An unbound host: spliced, so the sandbox sees the upstream's own (untrusted) certificate.
@@ -211,7 +208,7 @@ def test_every_other_request_carries_the_placeholder(sbx: Sandbox, lab: Lab) -> 
     assert saw(lab.last("/redirect"), "x-key") == VALUE  # the bound request itself did get it
 
 
-def test_sigv4_is_resigned_with_the_real_keys(sbx: Sandbox, lab: Lab) -> None:
+def test_sigv4_is_resigned_with_the_real_keys(sbx: Sandbox, lab: HostLab) -> None:
     out = sh(
         sbx,
         'curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" '
@@ -225,7 +222,7 @@ def test_sigv4_is_resigned_with_the_real_keys(sbx: Sandbox, lab: Lab) -> None:
 
 
 def test_the_value_is_nowhere_in_the_sandbox_its_image_export_or_answers(
-    brokerd: Daemon, sbx: Sandbox, lab: Lab, tmp_path: Path
+    brokerd: Daemon, sbx: Sandbox, lab: HostLab, tmp_path: Path
 ) -> None:
     values = (VALUE, AWS_SECRET)
     sh(sbx, 'curl -sS -H "X-Key: $API_TOKEN" https://api.sec.test/audited')
@@ -283,7 +280,7 @@ def test_the_value_is_nowhere_in_the_sandbox_its_image_export_or_answers(
     assert all(v not in brokerd.log() for v in values)
 
 
-def test_a_fork_is_brokered_too(brokerd: Daemon, sbx: Sandbox, lab: Lab) -> None:
+def test_a_fork_is_brokered_too(brokerd: Daemon, sbx: Sandbox, lab: HostLab) -> None:
     forked = json.loads(brokerd.cli("fork", sbx.id, "--json").stdout)
     with Client(brokerd.url, brokerd.key) as client:
         child = client.sandbox(forked[0]["id"])
@@ -297,7 +294,7 @@ def test_a_fork_is_brokered_too(brokerd: Daemon, sbx: Sandbox, lab: Lab) -> None
 
 
 def test_a_memory_snapshot_restores_with_its_bindings(
-    brokerd: Daemon, sbx: Sandbox, lab: Lab
+    brokerd: Daemon, sbx: Sandbox, lab: HostLab
 ) -> None:
     taken = brokerd.cli("snapshot", sbx.id, "restore-me")
     assert taken.returncode == 0, taken.stderr
@@ -312,7 +309,9 @@ def test_a_memory_snapshot_restores_with_its_bindings(
             child.kill()
 
 
-def test_sdk_sandboxes_get_their_own_placeholders(brokerd: Daemon, sbx: Sandbox, lab: Lab) -> None:
+def test_sdk_sandboxes_get_their_own_placeholders(
+    brokerd: Daemon, sbx: Sandbox, lab: HostLab
+) -> None:
     with Client(brokerd.url, brokerd.key) as client:
         info = client.set_secret("SDK_KEY", VALUE2, hosts=["api.sec.test"], header="x-sdk-key")
         assert info.header == "x-sdk-key" and VALUE2 not in repr(info)
@@ -334,7 +333,7 @@ def test_sdk_sandboxes_get_their_own_placeholders(brokerd: Daemon, sbx: Sandbox,
 
 
 def test_rotation_and_revocation_apply_to_the_running_sandbox(
-    brokerd: Daemon, sbx: Sandbox, lab: Lab
+    brokerd: Daemon, sbx: Sandbox, lab: HostLab
 ) -> None:
     # The next request after a rotation gets the new value (kept-alive connections too:
     # tests/integration/network/test_broker.py).
@@ -350,7 +349,7 @@ def test_rotation_and_revocation_apply_to_the_running_sandbox(
 
 
 def test_a_restarted_daemon_brokers_for_the_sandboxes_it_adopts(
-    brokerd: Daemon, place: Place, sbx: Sandbox, lab: Lab
+    brokerd: Daemon, place: Place, sbx: Sandbox, lab: HostLab
 ) -> None:
     """The CA, the sealed values and the bindings are on disk: after a restart the running
     sandbox's trust store still matches and its placeholder still works."""

@@ -21,10 +21,11 @@ from tests.e2e.netlab import (
     OTHER,
     OUR_SIDE,
     WEB,
-    FakeInternet,
+    HostLab,
     fetch,
     internet,
     netd,
+    page,
     resolves,
 )
 from tests.e2e.workloads import wait_until
@@ -51,8 +52,8 @@ def test_internet_reaches_the_fake_host_but_not_the_host(netd: Daemon) -> None:
     with Client(netd.url, netd.key) as client:
         sbx = client.create_sandbox(network="internet")
         try:
-            assert fetch(sbx, "http://web.fake.test/") == f"fake internet {WEB}\n"
-            assert fetch(sbx, f"http://{OTHER}/") == f"fake internet {OTHER}\n"
+            assert fetch(sbx, "http://web.fake.test/") == page(WEB)
+            assert fetch(sbx, f"http://{OTHER}/") == page(OTHER)
             assert fetch(sbx, f"http://{OUR_SIDE}:{host_port}/") is None
             with pytest.raises(BlockingIOError):
                 listener.accept()
@@ -95,7 +96,7 @@ def test_live_change_to_airgapped_cuts_an_open_connection(netd: Daemon) -> None:
             assert fetch(sbx, f"http://{WEB}/") is None
             assert not resolves(sbx, "web.fake.test")
             sbx.network.update("internet")
-            assert fetch(sbx, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(sbx, f"http://{WEB}/") == page(WEB)
         finally:
             sbx.kill()
 
@@ -108,7 +109,7 @@ def test_rules_survive_park_wake_and_fork(netd: Daemon) -> None:
         sbx = client.sandbox(sandbox_id)
         children: list[Sandbox] = []
         try:
-            assert fetch(sbx, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(sbx, f"http://{WEB}/") == page(WEB)
             assert fetch(sbx, f"http://{OTHER}/") is None
 
             changed = netd.cli("network", sandbox_id, "--deny", f"{WEB}/32", "--json")
@@ -123,13 +124,13 @@ def test_rules_survive_park_wake_and_fork(netd: Daemon) -> None:
 
             sbx.park()
             sbx.wake()
-            assert fetch(sbx, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(sbx, f"http://{WEB}/") == page(WEB)
             assert fetch(sbx, f"http://{OTHER}/") is None
 
             children = sbx.fork(1)
             child = children[0]
             assert child.info().network == sbx.info().network
-            assert fetch(child, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(child, f"http://{WEB}/") == page(WEB)
             assert fetch(child, f"http://{OTHER}/") is None
 
             shown = netd.cli("info", sandbox_id).stdout.decode()
@@ -166,7 +167,7 @@ def test_template_builds_reach_what_their_mode_allows(netd: Daemon) -> None:
         with Client(netd.url, netd.key) as client:
             sbx = client.create_sandbox("netbuild", network="airgapped")
             try:
-                assert sbx.files.read_text("/fetched.txt") == f"fake internet {WEB}\n"
+                assert sbx.files.read_text("/fetched.txt") == page(WEB)
             finally:
                 sbx.kill()
     finally:
@@ -189,7 +190,7 @@ def test_rules_come_back_with_a_restored_snapshot(netd: Daemon) -> None:
             sbx.snapshot("netsnap")
             restored = client.create_sandbox(snapshot="netsnap")
             assert restored.info().network == sbx.info().network
-            assert fetch(restored, f"http://{WEB}/") == f"fake internet {WEB}\n"
+            assert fetch(restored, f"http://{WEB}/") == page(WEB)
             assert fetch(restored, f"http://{OTHER}/") is None
         finally:
             for one in (sbx, restored):
@@ -198,7 +199,7 @@ def test_rules_come_back_with_a_restored_snapshot(netd: Daemon) -> None:
             client.remove_snapshot("netsnap")
 
 
-def test_rules_are_reapplied_after_a_daemon_restart(tmp_path: Path, internet: FakeInternet) -> None:
+def test_rules_are_reapplied_after_a_daemon_restart(tmp_path: Path, internet: HostLab) -> None:
     prefix, subnet, data = "cn" + secrets.token_hex(2), free_subnet(), tmp_path / "data"
     env = {
         "CORRAL_DNS_UPSTREAMS": DNS,
@@ -214,7 +215,7 @@ def test_rules_are_reapplied_after_a_daemon_restart(tmp_path: Path, internet: Fa
         second = start_daemon(data, prefix, subnet, extra_env=env)
         with Client(second.url, second.key) as client:
             sbx = client.sandbox(sandbox_id)
-            assert fetch(sbx, "http://web.fake.test/") == f"fake internet {WEB}\n"  # DNS too
+            assert fetch(sbx, "http://web.fake.test/") == page(WEB)  # DNS too
             assert fetch(sbx, f"http://{OTHER}/") is None
             sbx.network.update("airgapped")
             assert fetch(sbx, f"http://{WEB}/") is None
@@ -259,3 +260,56 @@ def test_project_services_resolve_in_project_modes(netd: Daemon) -> None:
             netd.cli("service", "rm", "echo.project")
     refused = netd.cli("service", "add", "meta.project", "169.254.169.254:80")
     assert refused.returncode == 1 and b"link-local" in refused.stderr
+
+
+# 1 MiB through the fake internet's echo, in 64 KiB rounds (neither side's buffers fill up).
+ECHO_MIB = f"""
+import socket
+c = socket.create_connection(("{WEB}", 9000), timeout=5)
+chunk, got = b"x" * 65536, 0
+for _ in range(16):
+    c.sendall(chunk)
+    need = len(chunk)
+    while need:
+        data = c.recv(need)
+        assert data, "echo closed"
+        need -= len(data)
+        got += len(data)
+print(got)
+"""
+MIB = 1 << 20
+
+
+def test_network_counters_count_the_sandboxes_own_traffic(netd: Daemon) -> None:
+    with Client(netd.url, netd.key) as client:
+        sbx = client.create_sandbox(network="internet")
+        try:
+            before = sbx.metrics()
+            result = sbx.exec(["python3", "-c", ECHO_MIB])
+            assert (result.exit_code, result.stdout.strip()) == (0, str(MIB)), result.stderr
+            after = sbx.metrics()
+            assert after.net_rx_bytes - before.net_rx_bytes >= MIB
+            assert after.net_tx_bytes - before.net_tx_bytes >= MIB
+            assert after.net_rx_packets - before.net_rx_packets >= MIB // 65536
+
+            # Driving the sandbox through its agent (the control channel) is not its traffic:
+            # an exec storm and 1 MiB of files each way.
+            for _ in range(30):
+                assert sbx.exec(["true"]).exit_code == 0
+            sbx.files.write("/tmp/blob", b"y" * MIB)
+            assert len(sbx.files.read("/tmp/blob")) == MIB
+            quiet = sbx.metrics()
+            assert (quiet.net_rx_bytes, quiet.net_tx_bytes) == (
+                after.net_rx_bytes,
+                after.net_tx_bytes,
+            )
+
+            sbx.park()
+            sbx.wake()
+            woken = sbx.metrics()  # cumulative over park and wake
+            assert woken.net_rx_bytes >= quiet.net_rx_bytes
+            assert woken.net_tx_bytes >= quiet.net_tx_bytes
+            assert sbx.exec(["python3", "-c", ECHO_MIB]).stdout.strip() == str(MIB)
+            assert sbx.metrics().net_rx_bytes - woken.net_rx_bytes >= MIB
+        finally:
+            sbx.kill()

@@ -23,7 +23,7 @@ import uvicorn
 from corral.agent import AGENT_PATH
 from corral.api.app import create_app
 from corral.config import Settings
-from corral.network.base import NoFreeSlot, Slot
+from corral.network.base import NoFreeSlot, Slot, Traffic
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import (
     AgentMount,
@@ -52,6 +52,9 @@ class LocalAgentRuntime:
     oom: set[str] = field(default_factory=set)
     fail_start: bool = False
     specs: dict[str, SandboxSpec] = field(default_factory=dict)
+    # Python run in the sandbox's process before its agent: it execs the agent (its argv[1])
+    # when done, or never does (a boot that hangs or dies).
+    boot_prelude: str | None = None
 
     async def start(self, spec: SandboxSpec) -> None:
         if self.fail_start:
@@ -64,8 +67,11 @@ class LocalAgentRuntime:
             CORRAL_AGENT_PORT=str(port),
             PATH=os.environ.get("PATH", "/usr/bin:/bin"),
         )
+        argv = [sys.executable, "-I", "-S", str(AGENT_PATH)]
+        if self.boot_prelude is not None:
+            argv[3:3] = ["-c", self.boot_prelude]
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(AGENT_PATH)],
+            argv,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
@@ -157,11 +163,13 @@ class LocalAgentRuntime:
 
 @dataclass
 class LoopbackNetwork:
-    """Slots without namespaces: every sandbox is reached on 127.0.0.1."""
+    """Slots without namespaces: every sandbox is reached on 127.0.0.1. ``counted`` holds each
+    leased slot's traffic counts (from zero at lease, gone at release), moved by tests."""
 
     size: int = 64
     leased: set[int] = field(default_factory=set)
     prepared: list[int] = field(default_factory=list)
+    counted: dict[int, Traffic] = field(default_factory=dict)
 
     async def lease(self, index: int | None = None) -> Slot:
         if index is None:
@@ -170,13 +178,18 @@ class LoopbackNetwork:
                 raise NoFreeSlot("all slots are leased")
             index = free[0]
         self.leased.add(index)
+        self.counted.setdefault(index, Traffic())
         return Slot(index, f"fake-{index}", f"/run/netns/fake-{index}", "127.0.0.1")
+
+    async def traffic(self, slot: Slot) -> Traffic | None:
+        return self.counted.get(slot.index)
 
     async def prepare(self, slot: Slot) -> None:
         self.prepared.append(slot.index)
 
     async def release(self, slot: Slot) -> None:
         self.leased.discard(slot.index)
+        self.counted.pop(slot.index, None)
 
     async def close(self) -> None:
         return None

@@ -58,6 +58,7 @@ SERVICE_LAYERS: list[set[str]] = [
         "ratelimit",
         "events",
         "audit",
+        "traffic",
     },
     {"auth", "policy", "templates", "secrets"},
     {"sandboxes"},

@@ -620,3 +620,7 @@ class SandboxMetricsSample(BaseModel):
     mem_cache: int = Field(description="bytes of file cache")
     disk_used: int = Field(description="bytes")
     disk_total: int = Field(description="bytes")
+    net_rx_bytes: int = Field(0, description="bytes received since creation (over park/wake)")
+    net_rx_packets: int = Field(0, description="packets received since creation")
+    net_tx_bytes: int = Field(0, description="bytes sent since creation (over park/wake)")
+    net_tx_packets: int = Field(0, description="packets sent since creation")

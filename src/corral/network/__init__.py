@@ -18,6 +18,7 @@ from corral.network.base import (
     NetworkFailure,
     NoFreeSlot,
     Slot,
+    Traffic,
 )
 from corral.network.fake import FakeNetwork
 from corral.network.firewall import FirewallError
@@ -34,4 +35,5 @@ __all__ = [
     "NoFreeSlot",
     "Slot",
     "SlotNetwork",
+    "Traffic",
 ]

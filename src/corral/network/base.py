@@ -11,7 +11,9 @@ Invariants:
 - ``prepare`` must run before every start and restore of a sandbox in a slot (the runtime strips
   ``eth0``'s address and routes each time);
 - in this first version a sandbox may answer connections from the host (the control link) and
-  reaches nothing else.
+  reaches nothing else;
+- a slot counts the sandbox's own traffic from the moment it is built (``traffic``); a released
+  slot's counts are gone, so whoever needs a total reads them before ``release``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from typing import Protocol
 INNER_ADDRESS = "169.254.0.21"
 INNER_GATEWAY = "169.254.0.22"
 INNER_PREFIX = 30
+# The in-sandbox agent's port (corral.agent.AGENT_PORT; the network may not import the agent): the
+# daemon's control channel, which the traffic counters leave out.
+CONTROL_PORT = 49983
 
 
 class NetworkFailure(Exception):
@@ -30,6 +35,25 @@ class NetworkFailure(Exception):
 
 class NoFreeSlot(NetworkFailure):
     """Every slot in the pool is leased."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes and packets a sandbox received (``rx``) and sent (``tx``) on its link, leaving out
+    the daemon's control channel to its agent. Adding two gives the sum (totals over slots)."""
+
+    rx_bytes: int = 0
+    rx_packets: int = 0
+    tx_bytes: int = 0
+    tx_packets: int = 0
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(
+            self.rx_bytes + other.rx_bytes,
+            self.rx_packets + other.rx_packets,
+            self.tx_bytes + other.tx_bytes,
+            self.tx_packets + other.tx_packets,
+        )
 
 
 @dataclass(frozen=True)
@@ -52,6 +76,11 @@ class Network(Protocol):
 
     async def prepare(self, slot: Slot) -> None:
         """(Re)give the sandbox namespace's eth0 the inner address and default route."""
+        ...
+
+    async def traffic(self, slot: Slot) -> Traffic | None:
+        """What the sandbox in a leased slot sent and received since the slot was built; None
+        when the slot cannot tell (a slot built by an older corral, without counters)."""
         ...
 
     async def release(self, slot: Slot) -> None:

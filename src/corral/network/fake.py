@@ -4,7 +4,9 @@ It follows ``SlotNetwork``'s rules: ``lease()`` hands out the lowest index that 
 nor present "on the host" (``existing``: slots a previous daemon left, e.g. of running sandboxes),
 ``lease(index)`` adopts such a slot, ``release`` removes the slot, ``close`` refuses further leases,
 ``reap_stale`` removes what is present but neither kept nor leased. Tests can look at ``leased``,
-``existing`` and ``prepared`` and make the next call of an operation fail with ``fail_next``.
+``existing`` and ``prepared``, make the next call of an operation fail with ``fail_next``, and
+make a slot's sandbox send or receive with ``add_traffic`` (its counts start at zero at ``lease``
+and go with ``release``, as on the kernel).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import ipaddress
 from collections import Counter
 
-from corral.network.base import NetworkFailure, NoFreeSlot, Slot
+from corral.network.base import NetworkFailure, NoFreeSlot, Slot, Traffic
 
 __all__ = ["FakeNetwork"]
 
@@ -35,13 +37,15 @@ class FakeNetwork:
         self.existing: set[int] = set(existing or ())
         self.leased: dict[int, Slot] = {}
         self.prepared: Counter[int] = Counter()
+        self.counted: dict[int, Traffic] = {}
         self.closed = False
         self._failures: dict[str, NetworkFailure] = {}
         self._lock = asyncio.Lock()
 
     def fail_next(self, operation: str, error: NetworkFailure | None = None) -> None:
         """Make the next call of ``operation`` (``"lease"``, ``"prepare"``, ``"release"``,
-        ``"close"``, ``"reap_stale"``) raise ``error`` (a generic ``NetworkFailure`` by default)."""
+        ``"close"``, ``"reap_stale"``, ``"traffic"``) raise ``error`` (a generic
+        ``NetworkFailure`` by default)."""
         self._failures[operation] = error or NetworkFailure(f"{operation} failed (injected)")
 
     async def lease(self, index: int | None = None) -> Slot:
@@ -56,6 +60,8 @@ class FakeNetwork:
             elif index in self.leased:
                 raise NetworkFailure(f"slot {index} is already leased")
             slot = self._slot(index)
+            if index not in self.existing:  # a new slot counts from zero; an adopted one goes on
+                self.counted[index] = Traffic()
             self.existing.add(index)
             self.leased[index] = slot
             return slot
@@ -66,11 +72,22 @@ class FakeNetwork:
             self._check_leased(slot)
             self.prepared[slot.index] += 1
 
+    def add_traffic(self, slot: Slot, traffic: Traffic) -> None:
+        """The sandbox in ``slot`` moved ``traffic`` (added to the slot's counts)."""
+        self.counted[slot.index] = self.counted.get(slot.index, Traffic()) + traffic
+
+    async def traffic(self, slot: Slot) -> Traffic | None:
+        async with self._lock:
+            self._maybe_fail("traffic")
+            self._check_leased(slot)
+            return self.counted.get(slot.index, Traffic())
+
     async def release(self, slot: Slot) -> None:
         async with self._lock:
             self._maybe_fail("release")
             self._check_leased(slot)
             del self.leased[slot.index]
+            self.counted.pop(slot.index, None)
             self.existing.discard(slot.index)
             self.prepared.pop(slot.index, None)
 
@@ -84,6 +101,8 @@ class FakeNetwork:
             self._maybe_fail("reap_stale")
             stale = sorted(self.existing - set(keep) - set(self.leased))
             self.existing.difference_update(stale)
+            for index in stale:
+                self.counted.pop(index, None)
             return stale
 
     def _pick_free_index(self) -> int:

@@ -4,8 +4,13 @@ Two rulesets exist, each one ``inet`` table named after the network's prefix:
 
 - the slot ruleset, inside every slot namespace: DNAT of everything the host sends to the slot's
   host address onto the sandbox's inner address, SNAT of that traffic to the inner gateway (so a
-  sandbox sees the same peer in every slot), and a forward policy that lets the host open
-  connections to the sandbox and drops every connection the sandbox opens;
+  sandbox sees the same peer in every slot), a forward policy that lets the host open
+  connections to the sandbox and drops every connection the sandbox opens, and two named
+  counters of the sandbox's own traffic on its link (``RX_COUNTER``: what crosses the link into
+  the sandbox, ``TX_COUNTER``: what it sends), whatever the packets' fate after (forwarded,
+  proxied, answered by the slot's resolver, refused), except the daemon's control channel to the
+  agent (TCP ``CONTROL_PORT`` on connections the host opened). The counters start at zero when
+  the table is made (a new slot) and are read with ``read_counters``;
 - the host ruleset, in the daemon's own namespace: defence in depth for the same policy. It drops
   connections that arrive from (or would be forwarded into) the network's host-side veths, and
   lets only root (``meta skuid 0``: the daemon) open connections from this namespace into the
@@ -29,22 +34,29 @@ reserved words, so no chain is named after them.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import threading
 from dataclasses import dataclass
 
 import nftables
 
-from corral.network.base import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure
+from corral.network.base import CONTROL_PORT, INNER_ADDRESS, INNER_GATEWAY, NetworkFailure, Traffic
 
 __all__ = [
+    "RX_COUNTER",
+    "TX_COUNTER",
     "FirewallError",
     "HostRules",
     "SlotRules",
     "commit",
     "delete_table",
     "has_table",
+    "read_traffic",
 ]
+
+RX_COUNTER = "sandbox_rx"
+TX_COUNTER = "sandbox_tx"
 
 # The egress table (network/egress.py) marks what a sandbox's policy lets through; marks never cross
 # a namespace, so only that table can set them.
@@ -76,9 +88,26 @@ class SlotRules:
         _check_ifname(self.downlink)
         ipaddress.IPv4Address(self.host_address)  # raises ValueError on anything else
         from_host = f'iifname "{self.uplink}" oifname "{self.downlink}" ip daddr {INNER_ADDRESS}'
+        # The control channel: connections the host opened (DNAT: only those through the slot's
+        # address) to the agent's port. Mangle priority: after conntrack, before any NAT.
+        control = f"ct status dnat tcp {{}} {CONTROL_PORT} ct direction {{}} return"
         return _replace_table(
             self.table,
             f"""\
+    counter {RX_COUNTER} {{
+    }}
+    counter {TX_COUNTER} {{
+    }}
+    chain count_sent {{
+        type filter hook prerouting priority mangle; policy accept;
+        iifname "{self.downlink}" {control.format("sport", "reply")}
+        iifname "{self.downlink}" counter name "{TX_COUNTER}"
+    }}
+    chain count_received {{
+        type filter hook postrouting priority mangle; policy accept;
+        oifname "{self.downlink}" {control.format("dport", "original")}
+        oifname "{self.downlink}" counter name "{RX_COUNTER}"
+    }}
     chain prerouting {{
         type nat hook prerouting priority dstnat; policy accept;
         iifname "{self.uplink}" ip daddr {self.host_address} dnat ip to {INNER_ADDRESS}
@@ -180,6 +209,26 @@ class HostRules:
 def commit(ruleset: str, what: str) -> None:
     """Apply ``ruleset`` in one transaction in the calling thread's namespace."""
     _run(ruleset, f"committing nftables ruleset for {what}")
+
+
+def read_traffic(table: str) -> Traffic | None:
+    """The slot table's traffic counters in the calling thread's namespace; None when the table
+    has none (no table, or one made by an older corral that did not count)."""
+    _check_name(table)
+    nft = _nft()
+    nft.set_json_output(True)
+    rc, output, _ = nft.cmd(f"list counters table inet {table}")
+    if rc != 0:
+        return None
+    found: dict[str, tuple[int, int]] = {}
+    for item in json.loads(output or "{}").get("nftables", []):
+        counter = item.get("counter") if isinstance(item, dict) else None
+        if isinstance(counter, dict) and counter.get("name") in (RX_COUNTER, TX_COUNTER):
+            found[counter["name"]] = (int(counter["bytes"]), int(counter["packets"]))
+    if len(found) != 2:
+        return None
+    (rx_bytes, rx_packets), (tx_bytes, tx_packets) = found[RX_COUNTER], found[TX_COUNTER]
+    return Traffic(rx_bytes, rx_packets, tx_bytes, tx_packets)
 
 
 def has_table(table: str) -> bool:

@@ -35,6 +35,7 @@ from corral.network.base import (
     NetworkFailure,
     NoFreeSlot,
     Slot,
+    Traffic,
 )
 from corral.network.namespaces import (
     describe,
@@ -216,6 +217,22 @@ class SlotNetwork:
             raise NetworkFailure(f"preparing slot {slot.index}: {exc}") from exc
         except (NetlinkError, OSError) as exc:
             raise NetworkFailure(f"preparing slot {slot.index}: {describe(exc)}") from exc
+
+    async def traffic(self, slot: Slot) -> Traffic | None:
+        async with self._lock:
+            self._check_leased(slot)
+        layout = self._plan.layout(slot.index)
+        table = self._plan.table
+        try:
+            return await asyncio.to_thread(
+                run_in_netns, layout.slot_ns, lambda: firewall.read_traffic(table)
+            )
+        except NetworkFailure as exc:
+            raise NetworkFailure(f"reading the traffic of slot {slot.index}: {exc}") from exc
+        except (NetlinkError, OSError) as exc:
+            raise NetworkFailure(
+                f"reading the traffic of slot {slot.index}: {describe(exc)}"
+            ) from exc
 
     async def release(self, slot: Slot) -> None:
         async with self._lock:

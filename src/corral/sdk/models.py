@@ -500,7 +500,9 @@ class SecretAuditEntry(_Wire):
 @dataclass(frozen=True, slots=True)
 class SandboxMetrics(_Wire):
     """One sample of a running sandbox's use (`sbx.metrics()`, `corral top`): cpu in percent of
-    its vCPUs since the previous sample, memory and disk in MiB."""
+    its vCPUs since the previous sample, memory and disk in MiB, and its network traffic since it
+    was created (over park and wake; not the daemon's own control channel to its agent): bytes and
+    packets received (`net_rx_*`) and sent (`net_tx_*`)."""
 
     sandbox_id: str
     at: float
@@ -511,6 +513,10 @@ class SandboxMetrics(_Wire):
     memory_total_mib: int
     disk_used_mib: float
     disk_total_mib: int
+    net_rx_bytes: int = 0
+    net_rx_packets: int = 0
+    net_tx_bytes: int = 0
+    net_tx_packets: int = 0
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SandboxMetrics:
@@ -527,6 +533,10 @@ class SandboxMetrics(_Wire):
             memory_total_mib=int(mib("mem_total")),
             disk_used_mib=mib("disk_used"),
             disk_total_mib=int(mib("disk_total")),
+            net_rx_bytes=int(data.get("net_rx_bytes", 0)),
+            net_rx_packets=int(data.get("net_rx_packets", 0)),
+            net_tx_bytes=int(data.get("net_tx_bytes", 0)),
+            net_tx_packets=int(data.get("net_tx_packets", 0)),
         )
 
 

@@ -2,18 +2,23 @@
 
 A sample holds CPU use (percent of the sandbox's CPU allowance, over the time since the previous
 sample of the same sandbox, or since it booted for the first), memory in use and as file cache,
-and disk use against its limits. Nothing is stored: a parked, killed or unknown sandbox has no
-sample. The previous CPU reading of each sandbox is kept in memory only (bounded by the number of
-sandboxes asked about; forgotten when a sandbox is no longer running).
+disk use against its limits, and network traffic (bytes and packets received and sent since the
+sandbox was created, over park and wake, without the daemon's control channel: ``traffic.py``).
+Nothing is stored here: a parked, killed or unknown sandbox has no sample. The previous CPU
+reading of each sandbox is kept in memory only (bounded by the number of sandboxes asked about;
+forgotten when a sandbox is no longer running).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
+from corral.network.base import Traffic
 from corral.service.errors import StateConflict
 from corral.service.sandboxes import SandboxService
+from corral.service.traffic import recorded_traffic
 
 __all__ = ["MetricsService", "SandboxMetrics"]
 
@@ -31,6 +36,10 @@ class SandboxMetrics:
     mem_cache: int
     disk_used: int
     disk_total: int
+    net_rx_bytes: int = 0
+    net_rx_packets: int = 0
+    net_tx_bytes: int = 0
+    net_tx_packets: int = 0
 
 
 class MetricsService:
@@ -39,6 +48,20 @@ class MetricsService:
     def __init__(self, sandboxes: SandboxService) -> None:
         self._sandboxes = sandboxes
         self._last_cpu: dict[str, tuple[float, float]] = {}  # id -> (monotonic, cpu seconds)
+
+    async def network_totals(self) -> Traffic:
+        """The traffic of every sandbox running or parked now, summed (for ``GET /metrics``):
+        what their records keep plus the live slots' counts, read concurrently."""
+        records = self._sandboxes.db.sandboxes.list(states={"running", "parked"})
+        live = await asyncio.gather(
+            *(self._sandboxes.live.traffic(r.id) for r in records if r.state == "running")
+        )
+        total = Traffic()
+        for record in records:
+            total += recorded_traffic(record)
+        for counted in live:
+            total += counted or Traffic()
+        return total
 
     async def sample(self, sandbox_id: str) -> SandboxMetrics:
         """One sample now; StateConflict when the sandbox is not running."""
@@ -59,6 +82,8 @@ class MetricsService:
         cpus = max(record.cpu, 0.01)
         percent = min(max(used / (elapsed * cpus) * 100, 0.0), 100.0)
         disk_used = await self._sandboxes.runtime.disk_usage_mib(sandbox_id)
+        live = await self._sandboxes.live.traffic(sandbox_id)
+        traffic = recorded_traffic(record) + live if live else recorded_traffic(record)
         return SandboxMetrics(
             sandbox_id=sandbox_id,
             timestamp=wall,
@@ -69,4 +94,8 @@ class MetricsService:
             mem_cache=usage.cache_bytes,
             disk_used=disk_used * MIB,
             disk_total=record.disk_mib * MIB,
+            net_rx_bytes=traffic.rx_bytes,
+            net_rx_packets=traffic.rx_packets,
+            net_tx_bytes=traffic.tx_bytes,
+            net_tx_packets=traffic.tx_packets,
         )

@@ -181,16 +181,7 @@ class Workspace:
         )
         warm = WarmService(settings, templates, sandboxes, live, launcher)
         trust = TrustService(db, settings.signing_key_path)
-        builder = TemplateBuilder(
-            settings,
-            templates.store,
-            runtime,
-            network,
-            agent,
-            admission,
-            policies.egress,
-            connect_agent,
-        )
+        builder = TemplateBuilder(settings, templates.store, live, admission)
         events = EventBus()
         db.sandboxes.listeners.append(events.sandbox_changed)
         builds = BuildService(

@@ -37,6 +37,11 @@ class SandboxRecord:
     network: str | None = None
     # The id of the API key that made it; None: the workspace's own (a pool's, or older).
     owner: str | None = None
+    # Network traffic counted in the slots it has left (park); a live slot's counts add to it.
+    net_rx_bytes: int = 0
+    net_rx_packets: int = 0
+    net_tx_bytes: int = 0
+    net_tx_packets: int = 0
 
 
 @dataclass(frozen=True)

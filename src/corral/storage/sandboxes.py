@@ -42,6 +42,10 @@ def _record(row: SandboxRow) -> SandboxRecord:
         pooled=bool(row.pooled),
         network=row.network,
         owner=row.owner,
+        net_rx_bytes=row.net_rx_bytes or 0,
+        net_rx_packets=row.net_rx_packets or 0,
+        net_tx_bytes=row.net_tx_bytes or 0,
+        net_tx_packets=row.net_tx_packets or 0,
     )
 
 
@@ -91,6 +95,10 @@ class SandboxRepository:
                     pooled=record.pooled,
                     network=record.network,
                     owner=record.owner,
+                    net_rx_bytes=record.net_rx_bytes,
+                    net_rx_packets=record.net_rx_packets,
+                    net_tx_bytes=record.net_tx_bytes,
+                    net_tx_packets=record.net_tx_packets,
                 )
             )
         self._changed(None, record)

@@ -44,6 +44,11 @@ class SandboxRow(Base):
     network: Mapped[str | None] = mapped_column(Text, nullable=True)
     # 0009: the id of the API key that made it (None: the workspace's own, e.g. a pool's)
     owner: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    # 0011: traffic counted in the slots it has left (network.base.Traffic's fields)
+    net_rx_bytes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    net_rx_packets: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    net_tx_bytes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    net_tx_packets: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ApiKeyRow(Base):

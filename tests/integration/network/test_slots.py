@@ -21,7 +21,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from corral.network import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure, Slot, SlotNetwork
+from corral.network import (
+    INNER_ADDRESS,
+    INNER_GATEWAY,
+    NetworkFailure,
+    Slot,
+    SlotNetwork,
+    Traffic,
+)
+from corral.network.base import CONTROL_PORT
 from corral.network.namespaces import list_netns
 from corral.network.slot_plan import SlotPlan
 from tests.host import free_subnet
@@ -126,9 +134,14 @@ def servers() -> Iterator[Servers]:
     started: list[subprocess.Popen[str]] = []
 
     def start(
-        slot: Slot, tag: str, *, netns: str | None = None, address: str = INNER_ADDRESS
+        slot: Slot,
+        tag: str,
+        *,
+        netns: str | None = None,
+        address: str = INNER_ADDRESS,
+        port: int = PORT,
     ) -> subprocess.Popen[str]:
-        command = [sys.executable, "-c", ECHO_SERVER, tag, address, str(PORT)]
+        command = [sys.executable, "-c", ECHO_SERVER, tag, address, str(port)]
         process = subprocess.Popen(
             ["ip", "netns", "exec", netns or slot.netns_name, *command],
             stdout=subprocess.PIPE,
@@ -145,9 +158,11 @@ def servers() -> Iterator[Servers]:
         process.wait(timeout=5)
 
 
-async def ask(address: str, message: bytes = b"hello", timeout: float = 2.0) -> bytes:
+async def ask(
+    address: str, message: bytes = b"hello", timeout: float = 2.0, port: int = PORT
+) -> bytes:
     async def exchange() -> bytes:
-        reader, writer = await asyncio.open_connection(address, PORT)
+        reader, writer = await asyncio.open_connection(address, port)
         writer.write(message)
         await writer.drain()
         answer = await reader.read(1024)
@@ -282,6 +297,32 @@ async def test_a_new_instance_adopts_a_running_slot_untouched(
     assert await ask(adopted.host_address) == b"kept:hello"
     with pytest.raises(NetworkFailure, match="already leased"):
         await after_restart.lease(slot.index)
+
+
+async def test_a_slot_counts_its_sandboxes_traffic_but_not_the_control_channel(
+    networks: Callable[[], SlotNetwork], servers: Servers
+) -> None:
+    network = networks()
+    slot = await network.lease()
+    assert await network.traffic(slot) == Traffic()  # a new slot starts at zero
+    servers(slot, "svc")
+    servers(slot, "agent", port=CONTROL_PORT)
+
+    message = b"x" * 1000
+    for _ in range(3):
+        assert await ask(slot.host_address, message) == b"svc:" + message
+    counted = await network.traffic(slot)
+    assert counted is not None
+    assert counted.rx_bytes >= 3 * len(message) and counted.rx_packets >= 3
+    assert counted.tx_bytes >= 3 * len(b"svc:" + message) and counted.tx_packets >= 3
+
+    for _ in range(20):  # the daemon talking to the agent is not the sandbox's traffic
+        assert await ask(slot.host_address, message, port=CONTROL_PORT) == b"agent:" + message
+    assert await network.traffic(slot) == counted
+
+    adopted_by = networks()  # a restarted daemon adopts the slot with its counts
+    adopted = await adopted_by.lease(slot.index)
+    assert await adopted_by.traffic(adopted) == counted
 
 
 async def test_reap_stale_removes_only_unkept_leftovers(

@@ -22,6 +22,7 @@ def test_exports() -> None:
         "NoFreeSlot",
         "Slot",
         "SlotNetwork",
+        "Traffic",
     }
     for name in corral.network.__all__:
         assert getattr(corral.network, name) is not None
@@ -104,3 +105,35 @@ def test_host_rules_let_only_root_open_connections_into_the_slots() -> None:
     assert "ip daddr 10.200.0.0/16 drop" in forward
     with pytest.raises(ValueError):
         HostRules(table="t", veth_pattern="t-*", subnet="10.0.0.0/16 accept").render()
+
+
+def test_slot_rules_count_the_sandbox_link_but_not_the_control_channel() -> None:
+    text = SlotRules(
+        table="corral", uplink="to-host", downlink="to-sbx", host_address="10.200.0.2"
+    ).render()
+    assert "counter sandbox_rx {" in text and "counter sandbox_tx {" in text
+
+    def chain(name: str) -> list[str]:
+        body = text.split(f"chain {name} {{", 1)[1].split("}", 1)[0]
+        return [line.strip() for line in body.strip().splitlines()]
+
+    sent, received = chain("count_sent"), chain("count_received")
+    # Counted where the sandbox's link is, before any NAT, after conntrack; the control channel
+    # (connections the host opened to the agent's port) returns before the count.
+    assert sent == [
+        "type filter hook prerouting priority mangle; policy accept;",
+        'iifname "to-sbx" ct status dnat tcp sport 49983 ct direction reply return',
+        'iifname "to-sbx" counter name "sandbox_tx"',
+    ]
+    assert received == [
+        "type filter hook postrouting priority mangle; policy accept;",
+        'oifname "to-sbx" ct status dnat tcp dport 49983 ct direction original return',
+        'oifname "to-sbx" counter name "sandbox_rx"',
+    ]
+
+
+def test_the_control_port_left_out_is_the_agents() -> None:
+    from corral.agent import AGENT_PORT
+    from corral.network.base import CONTROL_PORT
+
+    assert CONTROL_PORT == AGENT_PORT

@@ -78,7 +78,9 @@ class Fakes:
         over the same data dir and runtime, with the slots left on the host (``existing``).
         The test changes what a crash would have left, then starts it (which reconciles)."""
         await self.workspace.stop()
-        self.network = FakeNetwork(existing=set(self.network.leased))
+        left = self.network
+        self.network = FakeNetwork(existing=set(left.leased))
+        self.network.counted = dict(left.counted)  # the kernel's counters outlive the daemon
         self.workspace = build(self.settings, self.runtime, self.network, self.agents)
         return self.workspace
 

@@ -1,5 +1,5 @@
-"""One sandbox's resource use now (cpu, memory, disk), sampled on demand (``service/metrics.py``);
-the console plots it by asking every few seconds."""
+"""One sandbox's resource use now (cpu, memory, disk, network), sampled on demand
+(``service/metrics.py``); the console plots it by asking every few seconds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandboxes"])
 
 @router.get("/metrics", operation_id="sandbox_metrics", response_model=schemas.SandboxMetricsSample)
 async def sandbox_metrics(sandbox_id: str, ws: WorkspaceDep) -> schemas.SandboxMetricsSample:
-    """cpu percent of its allowance since the previous sample, memory and disk in bytes; 409
+    """cpu percent of its allowance since the previous sample, memory and disk in bytes, network
+    traffic in bytes and packets since the sandbox was created; 409
     when the sandbox is not running."""
     sample = await ws.metrics.sample(sandbox_id)
     return schemas.SandboxMetricsSample(
@@ -26,4 +27,8 @@ async def sandbox_metrics(sandbox_id: str, ws: WorkspaceDep) -> schemas.SandboxM
         mem_cache=sample.mem_cache,
         disk_used=sample.disk_used,
         disk_total=sample.disk_total,
+        net_rx_bytes=sample.net_rx_bytes,
+        net_rx_packets=sample.net_rx_packets,
+        net_tx_bytes=sample.net_tx_bytes,
+        net_tx_packets=sample.net_tx_packets,
     )

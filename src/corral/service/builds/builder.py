@@ -57,17 +57,17 @@ from corral.images.cas import PREBUILT, ContentStore, ImageConfig, ImageManifest
 from corral.images.mounts import mount_overlay, unmount
 from corral.images.oci import ImageImportError, ImageSource, fetch, read_layout
 from corral.images.steps import BuildStep
-from corral.network.base import Network, Slot
-from corral.network.sandbox_net import EgressControl
 from corral.runtime.agent_client import AgentClient, AgentError
-from corral.runtime.base import AgentMount, Resources, Runtime
+from corral.runtime.base import Resources
 from corral.runtime.disk import DiskError, create_disk, remove_disk
 from corral.runtime.host_commands import CommandError, run_command
 from corral.service.builds.copy import CopyFailed, copy_sources
 from corral.service.builds.log import BuildHandle
 from corral.service.builds.plan import BuildFailed, BuildPlan
 from corral.service.builds.sandbox import BuildSandbox
+from corral.service.errors import CorralError
 from corral.service.sandboxes.admission import Admission
+from corral.service.sandboxes.live import LiveSandboxes
 from corral.storage import TemplateRecord
 
 __all__ = ["Commit", "TemplateBuilder"]
@@ -92,23 +92,15 @@ class TemplateBuilder:
         self,
         settings: Settings,
         store: ContentStore,
-        runtime: Runtime,
-        network: Network,
-        agent_mount: AgentMount,
+        live: LiveSandboxes,
         admission: Admission,
-        egress: EgressControl,
-        connect_agent: Callable[[str, Slot], AgentClient] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
-        self.runtime = runtime
-        self.network = network
-        self.agent_mount = agent_mount
-        # Build sandboxes are admitted against the workspace's capacity like any sandbox, and
-        # their egress is the sandboxes' own.
+        # Build sandboxes boot through the live machinery of every sandbox (admission of boots,
+        # slot, egress, agent link) and are admitted against the workspace's capacity like any.
+        self.live = live
         self.admission = admission
-        self.egress = egress
-        self.connect_agent = connect_agent or (lambda _id, slot: AgentClient(slot.host_address))
 
     def resources(self, disk_mib: int) -> Resources:
         """What a build sandbox gets: the default cpu, at least 1 GiB memory, the build's disk."""
@@ -225,7 +217,7 @@ class TemplateBuilder:
                     work=disk / "work",
                 )
                 mounted = True
-                sandbox = BuildSandbox(self, merged, config, resources, plan.network)
+                sandbox = BuildSandbox(self.live, merged, resources, plan.network)
                 if any(step.kind == "run" for step in plan.steps):
                     await say(f"RUN steps run with network mode {plan.network}")
             for i, step in enumerate(plan.steps, 1):
@@ -306,6 +298,8 @@ class TemplateBuilder:
                 failure = BuildFailed(
                     f"step {index}: the build sandbox's agent failed: {exc}", index=index
                 )
+            elif isinstance(exc, CorralError):  # the build sandbox failed to boot
+                failure = BuildFailed(f"step {index}: {exc}", index=index)
             elif isinstance(exc, CopyFailed):
                 failure = BuildFailed(f"step {index}: {exc}", index=index, exit_code=1)
             elif isinstance(exc, (DiskError, CommandError)):

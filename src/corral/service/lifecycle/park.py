@@ -30,6 +30,7 @@ from corral.service.model import Action, Operation, SandboxState, require_state
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.live import LiveSandboxes
+from corral.service.traffic import traffic_totals
 from corral.storage import Database, SandboxRecord
 
 __all__ = ["ParkService", "park_paths"]
@@ -116,6 +117,8 @@ class ParkService:
             crash_point(self.settings, "park:after-checkpoint")
             await asyncio.to_thread(seal_image, partial, final, root=self.parked_dir)
             crash_point(self.settings, "park:after-image")
+            # The slot's counts go with the slot: keep them in the record's totals.
+            counted = await self.live.traffic(sandbox_id)
             slot = await self.live.detach(sandbox_id)
             size = await asyncio.to_thread(image_size_mib, final)
             log.info("sandbox %s: parked (%d MiB image)", sandbox_id, size)
@@ -126,6 +129,7 @@ class ParkService:
                 slot_index=None,
                 image_path=str(final),
                 image_mib=size,
+                **traffic_totals(self.db.sandboxes.get(sandbox_id), counted),
             )
         # The image is safe and the record says parked: what the sandbox ran on (its stopped
         # container, its disk, its slot) goes in the background, under the sandbox's lock, so a

@@ -3,7 +3,8 @@
 ``resolve`` turns a create request into resources and an expiry (or one InvalidRequest naming
 every problem); the ``admit*`` methods check capacity and commit what takes it (a new record, a
 wake's reservation, an imported parked sandbox, a build sandbox's hold) under one workspace-wide
-lock, so two requests never take the same free MiB.
+lock, so two requests never take the same free MiB. Boots (creates, wakes) must also fit the
+host as it is now (``host_room.py``): a create is refused up front, never started and starved.
 """
 
 from __future__ import annotations
@@ -30,11 +31,14 @@ from corral.service.model import (
 )
 from corral.service.policy import PolicyService
 from corral.service.quotas import check_quotas, usage_of
+from corral.service.sandboxes.host_room import HostRoom
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord
 
 __all__ = ["Admission"]
+
+_BOOTING = frozenset({SandboxState.CREATING, SandboxState.RUNNING})
 
 
 class Admission:
@@ -58,6 +62,7 @@ class Admission:
         self.policies = policies
         self.workspace_policy = workspace_policy
         self.model = CapacityModel(settings)
+        self.host = HostRoom(settings.host_reserve_memory_mib)
         self.lock = asyncio.Lock()
 
     def _snapshot_mib(self) -> int:
@@ -159,6 +164,7 @@ class Admission:
                 disk_mib=sum(r.disk_mib for r in records),
                 snapshot_mib=self._snapshot_mib(),
             )
+            self.host.check(sum(1 for r in records if r.state in _BOOTING), what)
             for record in records:
                 self.db.sandboxes.add(record)
 
@@ -180,6 +186,7 @@ class Admission:
                 disk_mib=record.disk_mib + record.image_mib,
                 snapshot_mib=self._snapshot_mib(),
             )
+            self.host.check(1, f"waking sandbox {record.id}")
             self.db.sandboxes.update(
                 record.id, state=SandboxState.RUNNING, operation=Operation.WAKING
             )

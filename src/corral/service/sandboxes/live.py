@@ -2,10 +2,16 @@
 makes and unmakes them (boot or restore into a slot, adopt after a restart, checkpoint, release).
 
 Invariants:
-- a sandbox is live (in ``_slots`` and ``_clients``) only between a successful ``boot`` or
-  ``adopt`` and its ``detach`` or ``release_resources``; a failed boot releases all it made;
+- a sandbox is live (in ``_slots`` and ``_clients``) only between a successful ``boot``,
+  ``boot_build`` or ``adopt`` and its ``detach`` or ``release_resources``; a failed boot releases
+  all it made;
+- every boot, a build's sandbox included, waits its turn in one admission of boots
+  (``max_concurrent_boots``) and goes lease → prepare → egress → start → agent ready;
 - every agent has a key of its own (``agent_keys.py``): a cold boot is given a new one, a restore
   is rekeyed before anything else is asked of it; a checkpoint puts the key beside the memory;
+- a boot's agent is waited for as long as the sandbox is alive and progressing (it used CPU in
+  the last ``agent_ready_timeout``), up to ``agent_ready_limit``: a boot starved by load is
+  slow, not failed; one that stopped or used no CPU for a whole window is stuck and fails;
 - ``translate_agent_error`` maps what a sandbox's agent reports to the service's error tree: the
   agent runs inside the sandbox and is not trusted, so only the codes it may use pass through.
 """
@@ -17,14 +23,23 @@ import contextlib
 import logging
 import os
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from corral.config import Settings
-from corral.network.base import Network, Slot
-from corral.runtime.agent_client import AgentClient, AgentError
-from corral.runtime.base import AgentMount, Resources, Runtime, RuntimeFailure, SandboxSpec
-from corral.service.agent_keys import AgentKeys
+from corral.network.base import Network, Slot, Traffic
+from corral.network.policy import EgressPolicy
+from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
+from corral.runtime.base import (
+    AgentMount,
+    Resources,
+    Runtime,
+    RuntimeFailure,
+    RuntimeStatus,
+    SandboxSpec,
+)
+from corral.service.agent_keys import AgentKeys, new_agent_key
 from corral.service.errors import (
     CorralError,
     ExecFailed,
@@ -44,6 +59,11 @@ __all__ = ["AGENT_CODES", "LiveSandboxes", "translate_agent_error"]
 log = logging.getLogger("corral.sandboxes")
 
 ConnectAgent = Callable[[str, Slot], AgentClient]
+
+# A booting sandbox is progressing while it uses at least this share of one CPU over a window of
+# agent_ready_timeout: a boot starved at load 16 on 2 cores still gets about 12 %; a stuck
+# sandbox's idle sentry uses about 2.5 %.
+PROGRESS_CPU_SHARE = 0.05
 
 
 class LiveSandboxes:
@@ -161,19 +181,17 @@ class LiveSandboxes:
             else:
                 key = old_key
                 await self.runtime.restore(self.spec_for(record, rootfs, slot, env), image_dir)
-            client = self.connect_agent(record.id, slot)
-            client.set_key(key)
-            try:
-                await client.wait_ready(self.settings.agent_ready_timeout)
-                if old_key is not None:
+            client = await self._connect(record.id, slot, key, verb)
+            if old_key is not None:
+                try:
                     await client.rekey(
                         self.keys.issue(record.id),
                         boot_id=secrets.token_hex(16),
                         seed=secrets.token_hex(32),
                     )
-            except BaseException:
-                await client.aclose()
-                raise
+                except BaseException:
+                    await client.aclose()
+                    raise
             self._slots[record.id] = slot
             self._clients[record.id] = client
         except BaseException as exc:
@@ -184,6 +202,107 @@ class LiveSandboxes:
             if isinstance(exc, CorralError | asyncio.CancelledError):
                 raise
             raise OperationFailed(f"{verb} sandbox {record.id} failed: {exc}") from exc
+
+    async def boot_build(
+        self, sandbox_id: str, rootfs: Path, resources: Resources, policy: EgressPolicy
+    ) -> AgentClient:
+        """Boot a template build's sandbox over its writable overlay ``rootfs`` with egress
+        ``policy``, and return its ready agent. It has no record (a build sandbox is never parked,
+        restored or adopted), so its agent's key is kept in memory only. Released, like any live
+        sandbox, by ``release_resources(sandbox_id, None)``; on failure everything this call
+        made is released first and OperationFailed is raised."""
+        async with self._boots:
+            slot: Slot | None = None
+            try:
+                slot = await self.network.lease()
+                await self.network.prepare(slot)
+                await self.policies.egress.attach(sandbox_id, slot, policy)
+                key = new_agent_key()
+                spec = SandboxSpec(
+                    sandbox_id=sandbox_id,
+                    rootfs=rootfs,
+                    resources=resources,
+                    agent=self.agent_mount,
+                    netns_path=slot.netns_path,
+                    annotations={"corral.build": "1"},
+                    writable_root=True,
+                    agent_key=key,
+                    resolv_conf=self.policies.resolv_conf(),
+                )
+                await self.runtime.start(spec)
+                self._slots[sandbox_id] = slot
+                client = await self._connect(sandbox_id, slot, key, "booting build")
+                self._clients[sandbox_id] = client
+                return client
+            except BaseException as exc:
+                log.error("build sandbox %s: creating it failed: %s", sandbox_id, exc)
+                await self.release_resources(sandbox_id, None, slot)
+                if isinstance(exc, CorralError | asyncio.CancelledError):
+                    raise
+                raise OperationFailed(f"creating build sandbox {sandbox_id} failed: {exc}") from exc
+
+    async def _connect(self, sandbox_id: str, slot: Slot, key: str, verb: str) -> AgentClient:
+        """A client of the agent just started in ``slot``, once it answers (closed on failure)."""
+        client = self.connect_agent(sandbox_id, slot)
+        client.set_key(key)
+        try:
+            await self._await_agent(sandbox_id, client, verb)
+        except BaseException:
+            await client.aclose()
+            raise
+        return client
+
+    async def _await_agent(self, sandbox_id: str, client: AgentClient, verb: str) -> None:
+        """Wait for a booted sandbox's agent while the sandbox is alive and progressing: each
+        window of ``agent_ready_timeout`` without an answer must have used some CPU, and the
+        whole wait is at most ``agent_ready_limit``. Raise OperationFailed saying which."""
+        window = self.settings.agent_ready_timeout
+        limit = max(self.settings.agent_ready_limit, window)
+        started = time.monotonic()
+        cpu = await self._cpu_seconds(sandbox_id)
+        while True:
+            try:
+                await client.wait_ready(min(window, limit - (time.monotonic() - started)))
+                return
+            except AgentUnavailable as exc:
+                waited = time.monotonic() - started
+                info = await self.runtime.info(sandbox_id)
+                if info.status is not RuntimeStatus.RUNNING:
+                    detail = f": {info.detail}" if info.detail else ""
+                    raise OperationFailed(
+                        f"{verb} sandbox {sandbox_id} failed: it is {info.status.value} after "
+                        f"{waited:.1f} s, before its agent answered{detail}"
+                    ) from exc
+                if waited >= limit - 1e-3:
+                    raise OperationFailed(
+                        f"{verb} sandbox {sandbox_id} failed: its agent did not answer within "
+                        f"{limit:g} s (agent_ready_limit) although the sandbox kept running; "
+                        "its console log (corral logs) may say why"
+                    ) from exc
+                now = await self._cpu_seconds(sandbox_id)
+                if now is None or cpu is None or now - cpu < PROGRESS_CPU_SHARE * window:
+                    used = "no" if now is None or cpu is None else f"{now - cpu:.2f} s of"
+                    raise OperationFailed(
+                        f"{verb} sandbox {sandbox_id} failed: its boot is stuck: the agent did "
+                        f"not answer within {waited:.1f} s and the sandbox used {used} CPU in "
+                        f"the last {window:g} s (agent_ready_timeout)"
+                    ) from exc
+                log.info(
+                    "sandbox %s: agent not up after %.1f s but the boot is progressing "
+                    "(%.2f s of CPU in %g s): waiting on",
+                    sandbox_id,
+                    waited,
+                    now - cpu,
+                    window,
+                )
+                cpu = now
+
+    async def _cpu_seconds(self, sandbox_id: str) -> float | None:
+        try:
+            usage = await self.runtime.usage(sandbox_id)
+        except Exception:  # a sandbox whose cgroup is not readable shows no progress
+            return None
+        return None if usage is None else usage.cpu_seconds
 
     async def detach(self, sandbox_id: str) -> Slot | None:
         """Forget the live side of a sandbox whose runtime has already stopped (after a park):
@@ -249,6 +368,18 @@ class LiveSandboxes:
         except AgentError as exc:
             log.error("sandbox %s: checking its agent key failed: %s", sandbox_id, exc)
         client.set_key(key)
+
+    async def traffic(self, sandbox_id: str) -> Traffic | None:
+        """What a live sandbox sent and received in its current slot (None: not live, or its
+        slot cannot tell); never raises (logs what failed)."""
+        slot = self._slots.get(sandbox_id)
+        if slot is None:
+            return None
+        try:
+            return await self.network.traffic(slot)
+        except Exception as exc:
+            log.error("sandbox %s: reading its traffic counters failed: %s", sandbox_id, exc)
+            return None
 
     def slot_index_of(self, sandbox_id: str) -> int | None:
         slot = self._slots.get(sandbox_id)

@@ -1,9 +1,12 @@
-"""The upstream of the broker's e2e tests, run inside a namespace the test made: HTTPS (behind
-the test's own CA) on API:443 and OTHER:443, plain HTTP on API:80, and DNS for ZONE on DNS:53.
-Every request it gets is appended to LOG as one JSON line (which address, Host, target,
-headers, body); it answers only "ok", "verified", "bad signature" or a redirect, so nothing it
-saw goes back to the sandbox. A request signed with SigV4 is verified with the real AWS keys
-(env REAL_AWS_KEY_ID / REAL_AWS_SECRET). Args: API OTHER DNS ZONE_JSON SERVER_PEM LOG."""
+"""The fake hosts of the e2e tests and benches, run by ``hostlab.py`` inside a namespace the test
+made: plain HTTP on :80 of every address in HTTP, HTTPS (behind the test's own CA, SERVER_PEM) on
+:443 of every address in HTTPS, a TCP echo on every ``address:port`` in ECHO, and DNS on DNS:53
+(UDP and TCP) answering A records from ZONE. Every HTTP request is appended to LOG as one JSON
+line (which address, TLS or not, Host, method, target, headers, body); the answer is only
+``page(address)``, "verified" / "bad signature" (a request signed with SigV4, checked with the
+real keys in env REAL_AWS_KEY_ID / REAL_AWS_SECRET) or a redirect to OTHER_NAME (a target under
+/redirect), so nothing a client sent goes back to it. Standalone (stdlib + dnspython); one
+argument, the JSON of ``hostlab.Config``; prints "ready", serves until stdin closes."""
 
 from __future__ import annotations
 
@@ -25,12 +28,19 @@ import dns.rrset
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.sigv4_verify import verify
 
-API, OTHER, DNS, ZONE_JSON, SERVER_PEM, LOG = sys.argv[1:7]
-ZONE: dict[str, str] = {
-    name.rstrip(".") + ".": addr for name, addr in json.loads(ZONE_JSON).items()
+CONFIG: dict[str, object] = json.loads(sys.argv[1])
+ZONE = {
+    str(name).rstrip(".").lower() + ".": str(addr)
+    for name, addr in dict(CONFIG["zone"]).items()  # type: ignore[call-overload]
 }
-OTHER_NAME = next(name.rstrip(".") for name, addr in ZONE.items() if addr == OTHER)
+LOG = str(CONFIG["log"])
+OTHER_NAME = str(CONFIG.get("other_name") or "")
 _lock = threading.Lock()
+
+
+def page(address: str) -> bytes:
+    """What a plain request to ``address`` gets (kept in step with ``hostlab.page``)."""
+    return f"fake host {address}\n".encode()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -43,8 +53,9 @@ class Handler(BaseHTTPRequestHandler):
         tls = isinstance(self.connection, ssl.SSLSocket)
         scheme = "https" if tls else "http"
         host = self.headers.get("Host", "")
-        entry = {
-            "server": self.server.server_address[0],  # type: ignore[index]
+        address = str(self.server.server_address[0])
+        entry: dict[str, object] = {
+            "server": address,
             "tls": tls,
             "host": host,
             "method": self.command,
@@ -52,8 +63,8 @@ class Handler(BaseHTTPRequestHandler):
             "headers": {k.lower(): v for k, v in self.headers.items()},
             "body": body.decode("latin-1"),
         }
-        status, answer, extra = 200, b"ok\n", {}
-        if self.path.startswith("/redirect"):
+        status, answer, extra = 200, page(address), {}
+        if self.path.startswith("/redirect") and OTHER_NAME:
             status, answer = 302, b""
             extra = {"Location": f"https://{OTHER_NAME}/landing"}
         elif self.headers.get("Authorization", "").startswith("AWS4-HMAC-SHA256"):
@@ -62,8 +73,8 @@ class Handler(BaseHTTPRequestHandler):
                 f"{scheme}://{host}{self.path}",
                 dict(self.headers.items()),
                 body,
-                os.environ["REAL_AWS_KEY_ID"],
-                os.environ["REAL_AWS_SECRET"],
+                os.environ.get("REAL_AWS_KEY_ID", ""),
+                os.environ.get("REAL_AWS_SECRET", ""),
             )
             entry["sigv4_valid"] = good
             status, answer = (200, b"verified\n") if good else (403, b"bad signature\n")
@@ -82,6 +93,12 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(4096):
+            self.request.sendall(data)
+
+
 def answer(wire: bytes) -> bytes:
     query = dns.message.from_wire(wire)
     reply = dns.message.make_response(query)
@@ -94,9 +111,9 @@ def answer(wire: bytes) -> bytes:
     return reply.to_wire()
 
 
-def serve_udp() -> None:
+def serve_udp(address: str) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind((DNS, 53))
+    sock.bind((address, 53))
     while True:
         data, peer = sock.recvfrom(4096)
         sock.sendto(answer(data), peer)
@@ -111,17 +128,26 @@ class DnsTcp(socketserver.BaseRequestHandler):
 
 def main() -> None:
     socketserver.ThreadingTCPServer.allow_reuse_address = True
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(SERVER_PEM)
-    servers: list[socketserver.BaseServer] = [ThreadingHTTPServer((API, 80), Handler)]
-    for address in (API, OTHER):
-        server = ThreadingHTTPServer((address, 443), Handler)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        servers.append(server)
-    servers.append(socketserver.ThreadingTCPServer((DNS, 53), DnsTcp))
+    ThreadingHTTPServer.allow_reuse_address = True
+    servers: list[socketserver.BaseServer] = [
+        ThreadingHTTPServer((str(address), 80), Handler)
+        for address in CONFIG["http"]  # type: ignore[attr-defined]
+    ]
+    if CONFIG["https"]:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(CONFIG["server_pem"]))
+        for address in CONFIG["https"]:  # type: ignore[attr-defined]
+            server = ThreadingHTTPServer((str(address), 443), Handler)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+            servers.append(server)
+    for endpoint in CONFIG["echo"]:  # type: ignore[attr-defined]
+        address, port = str(endpoint).rsplit(":", 1)
+        servers.append(socketserver.ThreadingTCPServer((address, int(port)), Echo))
+    dns_address = str(CONFIG["dns"])
+    servers.append(socketserver.ThreadingTCPServer((dns_address, 53), DnsTcp))
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
-    threading.Thread(target=serve_udp, daemon=True).start()
+    threading.Thread(target=serve_udp, args=(dns_address,), daemon=True).start()
     print("ready", flush=True)
     sys.stdin.read()  # until the test closes our stdin (or kills us)
 
