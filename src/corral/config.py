@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -99,6 +100,10 @@ class Settings(BaseSettings):
     # capacity (service/sandboxes/host_room.py), as are boots past the host's task limits or
     # the daemon's open-file limit.
     host_reserve_memory_mib: int = Field(default=512, ge=0)
+    # Which in-sandbox agent runs as every sandbox's init (docs/agent-protocol.md): "python"
+    # (src/corral/agent, on the host's interpreter) or "go" (the static binary scripts/setup
+    # builds from src/corral/agent/go). Both speak the same protocol.
+    agent: Literal["python", "go"] = "python"
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)

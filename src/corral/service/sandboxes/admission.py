@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from corral.config import Settings
 from corral.runtime.base import Resources
@@ -118,19 +118,25 @@ class Admission:
         return cpu, memory, disk, expires
 
     def check_quotas(
-        self, live: Iterable[SandboxRecord], adding: Iterable[SandboxRecord], what: str
+        self,
+        live: Iterable[SandboxRecord] | Callable[[], Iterable[SandboxRecord]],
+        adding: Iterable[SandboxRecord],
+        what: str,
     ) -> None:
         """Raise QuotaExceeded if ``adding`` (new or changed records, in their new state) would
-        take an owner over a quota of its key. Callers hold ``lock``."""
-        live = list(live)
+        take an owner over a quota of its key. ``live``: the live records, or what reads them
+        (called only if some owner has quotas). Callers hold ``lock``."""
         adding = list(adding)
         changed = {r.id for r in adding}
+        read: list[SandboxRecord] | None = None
         for owner in {r.owner for r in adding if r.owner is not None}:
             key = self.db.api_keys.get(owner)
             if key is None or not key.quotas:
                 continue
-            before = usage_of(live, owner)
-            after = usage_of([*(r for r in live if r.id not in changed), *adding], owner)
+            if read is None:
+                read = list(live() if callable(live) else live)
+            before = usage_of(read, owner)
+            after = usage_of([*(r for r in read if r.id not in changed), *adding], owner)
             need = type(before)(
                 **{q: after.get(q) - before.get(q) for q in vars(before)}  # the growth
             )
@@ -140,7 +146,7 @@ class Admission:
         """Check the quotas of ``record`` in its new state (a park: its image counts where its
         memory did), atomically with other admissions."""
         async with self.lock:
-            self.check_quotas(self.db.sandboxes.list(states=LIVE_STATES), [record], what)
+            self.check_quotas(lambda: self.db.sandboxes.list(states=LIVE_STATES), [record], what)
 
     async def admit(self, records: Sequence[SandboxRecord]) -> None:
         """Check capacity and quotas for new records and insert them, atomically with other
