@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,6 +131,8 @@ for _ in range(runs):
     read_answer(s, buf)
     small.append((time.perf_counter() - started) * 1000)
     s.close()
+print("set-ups done", flush=True)  # the bench reads the proxy's CPU time, then says go
+sys.stdin.readline()
 s = socket.create_connection((address, port), timeout=60)
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 block = b"y" * (1 << 20)
@@ -189,7 +192,7 @@ class Processes:
     def __init__(self) -> None:
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, netns: str, script: str, *args: str) -> None:
+    def start(self, netns: str, script: str, *args: str) -> int:
         command = ["ip", "netns", "exec", netns, sys.executable, "-c", script, *args]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.started.append(process)
@@ -198,6 +201,7 @@ class Processes:
         if line.strip() != b"ready":
             assert process.stderr is not None
             raise SystemExit(f"{args} in {netns} did not start: {process.stderr.read()[-600:]!r}")
+        return process.pid
 
     def stop(self) -> None:
         for process in self.started:
@@ -207,17 +211,46 @@ class Processes:
                 process.wait(10)
 
 
-async def client(netns: str, target: tuple[str, int, str, str, str], runs: int, size: int) -> dict:
+def _own_cpu() -> tuple[float, float]:
+    """This process's user and system CPU seconds."""
+    times = os.times()
+    return times.user, times.system
+
+
+def _cpu_of(pid: int) -> tuple[float, float]:
+    """Process ``pid``'s user and system CPU seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+async def client(
+    netns: str,
+    target: tuple[str, int, str, str, str],
+    runs: int,
+    size: int,
+    cpu: Callable[[], tuple[float, float]],
+) -> dict:
+    """One round on one path: the set-ups, then the transfers; ``user``/``sys`` are ``cpu()``'s
+    growth over the transfers alone, in seconds per GiB moved."""
     address, port, host, prefix, token = target
     command = ["ip", "netns", "exec", netns, sys.executable, "-c", CLIENT]
     command += [address, str(port), host, prefix, token, str(runs), str(size)]
     process = await asyncio.create_subprocess_exec(
-        *command, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        *command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
+    assert process.stdout is not None and process.stdin is not None
+    said = await process.stdout.readline()
+    before = cpu()
+    process.stdin.write(b"go\n")
     out, err = await process.communicate()
-    if process.returncode != 0:
+    after = cpu()
+    if process.returncode != 0 or said.strip() != b"set-ups done":
         raise SystemExit(f"client in {netns} failed: {err.decode()[-600:]}")
     figures: dict = json.loads(out)
+    gib = 2 * size / (1 << 30)  # one upload and one download
+    figures["user"] = (after[0] - before[0]) / gib
+    figures["sys"] = (after[1] - before[1]) / gib
     return figures
 
 
@@ -284,7 +317,7 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
             processes.start(plain_b, SERVER, "198.18.1.2", str(SERVER_PORT))
             processes.start(lab.inet_ns, SERVER, WEB, "80")
             processes.start(lab.sbx(2), SERVER, "0.0.0.0", str(SERVER_PORT))
-            processes.start(
+            inbound_pid = processes.start(
                 lab.host_ns, PROXY, str(REPO / "src"), slot_address, str(SERVER_PORT), TOKEN,
                 str(PROXY_PORT),
             )  # fmt: skip
@@ -300,13 +333,18 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
             }
             paths = {name: paths[name] for name in (["plain", *only] if only else paths)}
             rounds: dict[str, list[dict]] = {name: [] for name in paths}
+            # The proxy's CPU seconds per GiB moved (the egress proxy runs in this process,
+            # the inbound one in its own), user (Python) and system (the kernel's TCP work):
+            # unlike MiB/s, they hardly move with the host's load, and say where the cost is.
+            proxy_cpu = {"filtered": _own_cpu, "inbound": lambda: _cpu_of(inbound_pid)}
             for _ in range(repeats):  # interleaved, so a busy moment hits every path alike
                 for name, (netns, target) in paths.items():
-                    rounds[name].append(await client(netns, target, runs, size))
+                    cpu = proxy_cpu.get(name, lambda: (0.0, 0.0))
+                    rounds[name].append(await client(netns, target, runs, size, cpu))
             for name, measured in rounds.items():
                 results[name] = {
                     key: sorted(m[key] for m in measured)[len(measured) // 2]
-                    for key in ("setup_ms", "up", "down")
+                    for key in ("setup_ms", "up", "down", "user", "sys")
                 }
         finally:
             processes.stop()
@@ -322,13 +360,14 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
     print(f"runs={runs} transfer={size_mib} MiB rounds={repeats} (medians) load={load:.1f}")
     print(
         f"{'path':9} {'setup p50 ms':>13} {'x plain':>8} {'up MiB/s':>9} {'plain/path':>11}"
-        f" {'down MiB/s':>11} {'plain/path':>11}"
+        f" {'down MiB/s':>11} {'plain/path':>11} {'proxy s/GiB usr+sys':>20}"
     )
     for name, figures in results.items():
         print(
             f"{name:9} {figures['setup_ms']:13.3f} {figures['setup_ms'] / plain['setup_ms']:8.2f}"
             f" {figures['up']:9.0f} {plain['up'] / figures['up']:11.2f}"
             f" {figures['down']:11.0f} {plain['down'] / figures['down']:11.2f}"
+            f" {figures['user']:11.2f}+{figures['sys']:.2f}"
         )
 
     def goal(text: str, met: bool) -> None:

@@ -32,6 +32,7 @@ BENCHES: dict[str, tuple[list[str], list[str], int]] = {
     "template_start": (["--runs", "10"], ["--runs", "2"], 1200),
     "lifecycle": (["--runs", "3"], ["--runs", "1"], 1500),
     "cli": (["--runs", "10"], ["--runs", "2"], 900),
+    "exec_breakdown": (["--runs", "30"], ["--runs", "3"], 900),
     "broker": (
         [],
         [

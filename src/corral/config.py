@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -90,7 +91,19 @@ class Settings(BaseSettings):
     runsc_platform: str = "systrap"
     network_prefix: str = "corral"
     network_subnet: str = "10.200.0.0/16"
-    agent_ready_timeout: float = 20.0
+    # A booting sandbox's agent is waited for while the sandbox runs and uses CPU: each window
+    # of agent_ready_timeout seconds without an answer must show CPU used (else the boot is
+    # stuck and fails), and the whole wait is at most agent_ready_limit seconds.
+    agent_ready_timeout: float = Field(default=20.0, gt=0)
+    agent_ready_limit: float = Field(default=300.0, gt=0)
+    # Host memory kept available: a boot that would leave less is refused up front for
+    # capacity (service/sandboxes/host_room.py), as are boots past the host's task limits or
+    # the daemon's open-file limit.
+    host_reserve_memory_mib: int = Field(default=512, ge=0)
+    # Which in-sandbox agent runs as every sandbox's init (docs/agent-protocol.md): "python"
+    # (src/corral/agent, on the host's interpreter) or "go" (the static binary scripts/setup
+    # builds from src/corral/agent/go). Both speak the same protocol.
+    agent: Literal["python", "go"] = "python"
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)

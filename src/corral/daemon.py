@@ -14,7 +14,7 @@ from corral.network.conflicts import check_subnet_free
 from corral.network.sandbox_net import SlotEgressControl
 from corral.network.slots import SlotNetwork
 from corral.runtime.gvisor import GVisorRuntime
-from corral.runtime.inject import host_agent_mount
+from corral.runtime.inject import go_agent_mount, host_agent_mount
 from corral.service.workspace import Workspace
 
 __all__ = ["SPARE_SLOTS", "open_workspace"]
@@ -44,7 +44,10 @@ def open_workspace(settings: Settings) -> Workspace:
     egress = SlotEgressControl(
         network, upstreams=settings.dns_upstream_list, internet=settings.egress_allowed
     )
-    agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
+    if settings.agent == "go":
+        agent = go_agent_mount()
+    else:
+        agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
     workspace = Workspace.build(settings, runtime, network, agent, egress=egress)
 
     async def close_network() -> None:

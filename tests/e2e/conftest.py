@@ -9,10 +9,12 @@ test fails.
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from corral.sdk.models import TemplateInfo
 from tests.host import free_port, free_subnet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +93,7 @@ def start_daemon(
             start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # a loaded host imports and starts slowly
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"daemon exited {process.returncode}:\n{log_path.read_text()}")
@@ -101,7 +104,7 @@ def start_daemon(
             time.sleep(0.1)
     else:
         process.kill()
-        raise RuntimeError(f"daemon did not answer in 60 s:\n{log_path.read_text()}")
+        raise RuntimeError(f"daemon did not answer in 120 s:\n{log_path.read_text()}")
     key = (data_dir / "admin.key").read_text().strip()
     return Daemon(url, key, data_dir, prefix, log_path, process)
 
@@ -190,19 +193,105 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     return report
 
 
-CODE_TEMPLATE = "ci"
+class BackgroundBuilds:
+    """Template builds from recipes, in a daemon of their own and a thread of their own, started
+    as soon as the e2e session starts and waited for by the fixture that needs the template.
+
+    A build takes minutes (downloads, pip and npm in a build sandbox) and mostly waits, so it
+    runs while the other tests do; one build at a time, in the order asked, so that on a small
+    machine the tests keep a CPU. The daemon is its own so that the builds' sandboxes and
+    capacity reservations never show in what the shared daemon's tests list and count; the
+    tests of a built template run on this daemon (their module's ``daemon`` is ``builds.daemon``).
+    """
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._done: dict[str, threading.Event] = {}
+        self._failures: dict[str, BaseException] = {}
+        self._made: dict[str, TemplateInfo] = {}
+        self._worker = threading.Thread(target=self._build_each, name="builds", daemon=True)
+        self._worker.start()
+
+    def _build_each(self) -> None:
+        from corral import Client
+        from corral.sdk.templates import Template
+
+        with Client(url=self.daemon.url, api_key=self.daemon.key) as client:
+            while (asked := self._queue.get()) is not None:
+                recipe, name = asked
+                try:
+                    self._made[recipe] = Template.build(
+                        Template().with_recipe(recipe), name, client=client, step_timeout=1200
+                    )
+                except BaseException as exc:  # handed to whoever waits for this build
+                    self._failures[recipe] = exc
+                finally:
+                    self._done[recipe].set()
+
+    def start(self, recipe: str, name: str) -> None:
+        if recipe not in self._done:
+            self._done[recipe] = threading.Event()
+            self._queue.put((recipe, name))
+
+    def wait(self, recipe: str, name: str) -> TemplateInfo:
+        """The template built from ``recipe`` (asked for now if it was not yet); the build's
+        error if it failed."""
+        self.start(recipe, name)
+        self._done[recipe].wait()
+        if recipe in self._failures:
+            raise RuntimeError(f"building template {name!r} from recipe {recipe!r} failed") from (
+                self._failures[recipe]
+            )
+        return self._made[recipe]
+
+    def stop(self, timeout: float) -> None:
+        """No more builds; wait up to ``timeout`` for the one going on (its daemon stopped)."""
+        self._queue.put(None)
+        self._worker.join(timeout)
+
+
+# Which fixture needs which background build: (recipe, template name).
+RECIPE_BUILDS = {"code_template": ("code-interpreter", "ci"), "dev_template": ("dev", "devbox")}
 
 
 @pytest.fixture(scope="session")
-def code_template(daemon: Daemon) -> str:
-    """A template built ``--with code-interpreter`` in the session's daemon, once (the slow
-    part: pip in a build sandbox), shared by corral's and E2B's code-interpreter tests."""
-    from corral import Client
-    from corral.sdk.templates import Template
+def builds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundBuilds]:
+    data_dir = tmp_path_factory.mktemp("builds") / "data"
+    with running_daemon(data_dir, "cy" + secrets.token_hex(2)) as daemon:
+        made = BackgroundBuilds(daemon)
+        try:
+            yield made
+        finally:
+            stop_daemon(daemon)  # ends a build still going (a session cut short)
+            made.stop(60)
 
-    client = Client(url=daemon.url, api_key=daemon.key)
-    made = Template.build(
-        Template().with_recipe("code-interpreter"), CODE_TEMPLATE, client=client, step_timeout=1200
-    )
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_builds_early(request: pytest.FixtureRequest) -> None:
+    """Start, with the first e2e test, every build that a collected test will need."""
+    wanted = {
+        RECIPE_BUILDS[name]
+        for item in request.session.items
+        for name in getattr(item, "fixturenames", ())
+        if name in RECIPE_BUILDS
+    }
+    if wanted:
+        builds: BackgroundBuilds = request.getfixturevalue("builds")
+        for recipe, name in sorted(wanted):
+            builds.start(recipe, name)
+
+
+@pytest.fixture(scope="session")
+def code_template(builds: BackgroundBuilds) -> str:
+    """A template built ``--with code-interpreter`` (the slow part: pip in a build sandbox), once,
+    in the builds daemon; shared by corral's and E2B's code-interpreter tests."""
+    made = builds.wait(*RECIPE_BUILDS["code_template"])
     assert made.warm and made.labels["corral.interpreter.port"] == "49999"
-    return CODE_TEMPLATE
+    return made.name
+
+
+@pytest.fixture(scope="session")
+def dev_template(builds: BackgroundBuilds) -> str:
+    """A template built from the ``dev`` recipe (apt, PyPI and npm), in the builds daemon."""
+    return builds.wait(*RECIPE_BUILDS["dev_template"]).name

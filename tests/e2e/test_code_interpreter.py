@@ -2,8 +2,9 @@
 installs in a real build sandbox), then `run_code` through the SDK and `corral run-code`, in real
 gVisor sandboxes: state, contexts, plots, errors, timeouts, streaming, bounds, park/wake/fork.
 
-The template is built once per test session (the slow part: 1-6 minutes, mostly pip); every test
-then shares it, and most share one sandbox.
+The template is built once per test session (the slow part: 1-6 minutes, mostly pip), in the
+background from the session's start, in a daemon of its own (conftest ``BackgroundBuilds``);
+every test then shares it, and most share one sandbox.
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ import pytest
 from corral import Sandbox
 from corral.sdk.code import OutputMessage
 from corral.sdk.errors import Conflict, CorralError, InvalidRequest, NotFound
-from tests.e2e.conftest import CORRAL, Daemon
+from tests.e2e.conftest import CORRAL, BackgroundBuilds, Daemon
 
 TEMPLATE = "ci"
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def daemon(builds: BackgroundBuilds) -> Daemon:
+    """The daemon the code template was built in (in the background, from the session's start)."""
+    return builds.daemon
 
 
 @pytest.fixture(scope="module")
@@ -259,66 +266,3 @@ async def test_mcp_run_code_keeps_state_and_returns_plots_as_images(
         assert json.loads(failed.content[0].text)["error"]["name"] == "NameError"
         sandbox_id = json.loads(first.content[0].text)["sandbox_id"]
         await session.call_tool("kill_sandbox", {"sandbox_id": sandbox_id})
-
-
-def _e2b_settings(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
-    out = daemon.cli("e2b", "env")
-    assert out.returncode == 0, out.stderr.decode()
-    for line in out.stdout.decode().splitlines():
-        name, _, value = line.removeprefix("export ").partition("=")
-        monkeypatch.setenv(name, value.strip("'"))
-
-
-def test_the_official_e2b_code_interpreter_sdk_unchanged(
-    daemon: Daemon, code_template: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from e2b import NotFoundException, TimeoutException
-    from e2b_code_interpreter import Sandbox as E2bSandbox
-
-    _e2b_settings(daemon, monkeypatch)
-    sbx = E2bSandbox.create(code_template, timeout=300)
-    try:
-        first = sbx.run_code("x = 41")
-        seen: list[str] = []
-        done = sbx.run_code("print('hi'); x + 1", on_stdout=lambda m: seen.append(m.line))
-        assert done.text == "42" and seen == ["hi\n"]
-        assert done.execution_count == first.execution_count + 1  # type: ignore[operator]
-        assert done.logs.stdout == ["hi\n"]
-        failed = sbx.run_code("1 / 0")
-        assert failed.error is not None and failed.error.name == "ZeroDivisionError"
-        plot = sbx.run_code(
-            "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
-            "import matplotlib.pyplot as plt\n"
-            "plt.figure(figsize=(2, 1), dpi=100); plt.plot([0, 1]); plt.show()"
-        )
-        assert _png_size(plot.results[0].png) == (200, 100)
-        ctx = sbx.create_code_context(cwd="/tmp", language="python")
-        assert sbx.run_code("import os; os.getcwd()", context=ctx).text == "'/tmp'"
-        assert ctx.id in [c.id for c in sbx.list_code_contexts()]
-        sbx.restart_code_context(ctx)
-        sbx.remove_code_context(ctx.id)
-        with pytest.raises(NotFoundException):
-            sbx.run_code("1", context=ctx)
-        bash = sbx.run_code("echo $GREETING", language="bash", envs={"GREETING": "hello"})
-        assert bash.logs.stdout == ["hello\n"]
-        # The SDK's own timeout: it gives up reading; the server interrupts the abandoned code
-        # and the context keeps its state.
-        with pytest.raises(TimeoutException):
-            sbx.run_code("while True:\n    pass", timeout=2)
-        assert sbx.run_code("x").text == "41"
-    finally:
-        E2bSandbox.kill(sbx.sandbox_id)
-
-
-async def test_the_official_async_e2b_code_interpreter_sdk(
-    daemon: Daemon, code_template: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from e2b_code_interpreter import AsyncSandbox as E2bAsyncSandbox
-
-    _e2b_settings(daemon, monkeypatch)
-    sbx = await E2bAsyncSandbox.create(code_template, timeout=300)
-    try:
-        await sbx.run_code("y = 'async'")
-        assert (await sbx.run_code("y.upper()")).text == "'ASYNC'"
-    finally:
-        await sbx.kill()

@@ -218,7 +218,12 @@ def test_metrics_plot_the_sandbox_live(daemon: Daemon, page: Page, shots: Path) 
     expect(page.get_by_test_id("metrics-now")).to_contain_text(
         re.compile(r"memory\s+\d+ of 256 MiB")
     )
-    expect(page.locator(".plot canvas")).to_have_count(3)
+    # cpu, memory, disk and network (in and out, from the counters since creation)
+    expect(page.locator(".plot canvas")).to_have_count(4)
+    expect(page.locator(".plot").filter(has_text="Network")).to_be_visible()
+    expect(page.get_by_test_id("network-totals")).to_contain_text(
+        re.compile(r"in \d+(\.\d)? (B|KiB|MiB) \(\d+ packets\), out")
+    )
     page.screenshot(path=shots / "metrics.png", full_page=True)
 
 

@@ -3,7 +3,8 @@
 It reaches the sandbox's code interpreter (port 49999, corral's server speaking E2B's
 `/execute` and contexts API) through the E2B front, addressed by `E2b-Sandbox-Id` /
 `E2b-Sandbox-Port` with the sandbox's tokens, in a template built `--with code-interpreter`
-(the session's shared `code_template`).
+(the session's shared `code_template`). The one module for the official SDK against the code
+interpreter (``test_code_interpreter.py`` drives corral's own SDK, CLI and MCP).
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ import struct
 from collections.abc import Iterator
 
 import pytest
-from e2b import SandboxException
+from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 
-from tests.e2e.conftest import Daemon
+from tests.e2e.conftest import BackgroundBuilds, Daemon
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def daemon(builds: BackgroundBuilds) -> Daemon:
+    """The daemon the code template was built in (in the background, from the session's start)."""
+    return builds.daemon
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +65,10 @@ def png_size(data: str) -> tuple[int, int]:
 
 
 def test_state_results_and_streamed_logs(sbx: Sandbox) -> None:
-    sbx.run_code("x = 41")
-    assert sbx.run_code("x + 1").text == "42"
+    first = sbx.run_code("x = 41")
+    done = sbx.run_code("x + 1")
+    assert done.text == "42"
+    assert done.execution_count == first.execution_count + 1  # type: ignore[operator]
     lines: list[str] = []
     run = sbx.run_code(
         "import sys\nprint('out')\nprint('err', file=sys.stderr)",
@@ -96,17 +105,22 @@ def test_contexts(sbx: Sandbox) -> None:
     sbx.restart_code_context(ctx)
     sbx.remove_code_context(ctx)
     assert ctx.id not in {c.id for c in sbx.list_code_contexts()}
+    with pytest.raises(NotFoundException):
+        sbx.run_code("1", context=ctx)
     bash = sbx.create_code_context(language="bash")
     assert sbx.run_code("echo hi from bash", context=bash).logs.stdout == ["hi from bash\n"]
+    by_name = sbx.run_code("echo $GREETING", language="bash", envs={"GREETING": "hello"})
+    assert by_name.logs.stdout == ["hello\n"]
     assert sbx.run_code("where").text == "'default'"
 
 
 def test_bad_language_and_unended_code(sbx: Sandbox) -> None:
     with pytest.raises(SandboxException):
         sbx.run_code("1", language="cobol")
-    with pytest.raises(SandboxException):  # the SDK's TimeoutException is one
+    sbx.run_code("kept = 40")
+    with pytest.raises(TimeoutException):  # the SDK gives up reading; the server interrupts
         sbx.run_code("while True:\n    pass", timeout=2)
-    assert sbx.run_code("40 + 2").text == "42"  # interrupted, the context lives on
+    assert sbx.run_code("kept + 2").text == "42"  # interrupted, the context keeps its state
 
 
 async def test_async_sdk(code_template: str) -> None:

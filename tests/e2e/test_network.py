@@ -260,3 +260,56 @@ def test_project_services_resolve_in_project_modes(netd: Daemon) -> None:
             netd.cli("service", "rm", "echo.project")
     refused = netd.cli("service", "add", "meta.project", "169.254.169.254:80")
     assert refused.returncode == 1 and b"link-local" in refused.stderr
+
+
+# 1 MiB through the fake internet's echo, in 64 KiB rounds (neither side's buffers fill up).
+ECHO_MIB = f"""
+import socket
+c = socket.create_connection(("{WEB}", 9000), timeout=5)
+chunk, got = b"x" * 65536, 0
+for _ in range(16):
+    c.sendall(chunk)
+    need = len(chunk)
+    while need:
+        data = c.recv(need)
+        assert data, "echo closed"
+        need -= len(data)
+        got += len(data)
+print(got)
+"""
+MIB = 1 << 20
+
+
+def test_network_counters_count_the_sandboxes_own_traffic(netd: Daemon) -> None:
+    with Client(netd.url, netd.key) as client:
+        sbx = client.create_sandbox(network="internet")
+        try:
+            before = sbx.metrics()
+            result = sbx.exec(["python3", "-c", ECHO_MIB])
+            assert (result.exit_code, result.stdout.strip()) == (0, str(MIB)), result.stderr
+            after = sbx.metrics()
+            assert after.net_rx_bytes - before.net_rx_bytes >= MIB
+            assert after.net_tx_bytes - before.net_tx_bytes >= MIB
+            assert after.net_rx_packets - before.net_rx_packets >= MIB // 65536
+
+            # Driving the sandbox through its agent (the control channel) is not its traffic:
+            # an exec storm and 1 MiB of files each way.
+            for _ in range(30):
+                assert sbx.exec(["true"]).exit_code == 0
+            sbx.files.write("/tmp/blob", b"y" * MIB)
+            assert len(sbx.files.read("/tmp/blob")) == MIB
+            quiet = sbx.metrics()
+            assert (quiet.net_rx_bytes, quiet.net_tx_bytes) == (
+                after.net_rx_bytes,
+                after.net_tx_bytes,
+            )
+
+            sbx.park()
+            sbx.wake()
+            woken = sbx.metrics()  # cumulative over park and wake
+            assert woken.net_rx_bytes >= quiet.net_rx_bytes
+            assert woken.net_tx_bytes >= quiet.net_tx_bytes
+            assert sbx.exec(["python3", "-c", ECHO_MIB]).stdout.strip() == str(MIB)
+            assert sbx.metrics().net_rx_bytes - woken.net_rx_bytes >= MIB
+        finally:
+            sbx.kill()

@@ -6,18 +6,24 @@ from __future__ import annotations
 import pytest
 
 from corral import Client, Sandbox
-from corral.sdk.templates import Template
-from tests.e2e.conftest import Daemon
+from tests.e2e.conftest import BackgroundBuilds, Daemon
 
 pytestmark = pytest.mark.e2e
 
 
-def test_dev_recipe_gives_git_compilers_node_and_the_agent_clis(daemon: Daemon) -> None:
+@pytest.fixture(scope="module")
+def daemon(builds: BackgroundBuilds) -> Daemon:
+    """The daemon the `dev` template was built in (in the background, from the session's start)."""
+    return builds.daemon
+
+
+def test_dev_recipe_gives_git_compilers_node_and_the_agent_clis(
+    daemon: Daemon, dev_template: str
+) -> None:
     client = Client(url=daemon.url, api_key=daemon.key)
     listed = {r["name"]: r for r in client.recipes()}
     assert "claude" in listed["dev"]["description"]
-    Template.build(Template().with_recipe("dev"), "devbox", client=client, step_timeout=1200)
-    with Sandbox.create(template="devbox", url=daemon.url, api_key=daemon.key) as sbx:
+    with Sandbox.create(template=dev_template, url=daemon.url, api_key=daemon.key) as sbx:
         probe = sbx.exec(
             "git --version && node --version && npm --version && cc --version | head -1"
             " && make --version | head -1 && claude --version && codex --version"

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from corral import Sandbox
-from corral.sdk.errors import InvalidRequest
+from corral.sdk.errors import InvalidRequest, QuotaExceeded
 
 from .conftest import Daemon, free_subnet, leftover_namespaces, start_daemon, stop_daemon
 
@@ -123,6 +123,20 @@ def test_pool_hands_out_ready_sandboxes_and_refills(daemon: Daemon) -> None:
         while template_info(daemon, name)["pool_ready"] != 2 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert template_info(daemon, name)["pool_ready"] == 2  # refilled
+        # A claim counts against the claiming key's quotas like any create.
+        out = daemon.cli(
+            "key", "create", name, "--role", "member", "--quota", "running=1", "--json"
+        )
+        assert out.returncode == 0, out.stderr.decode()
+        member = {"url": daemon.url, "api_key": json.loads(out.stdout)["key"]}
+        mine = Sandbox.create(template=name, **member)
+        try:
+            assert mine.exec("echo mine").stdout == "mine\n"
+            with pytest.raises(QuotaExceeded, match="running quota"):
+                Sandbox.create(template=name, **member)
+        finally:
+            mine.kill()
+            daemon.cli("key", "revoke", name)
     finally:
         claimed.kill()
     # Removing the template drains its pool rather than refusing.

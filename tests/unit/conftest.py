@@ -52,6 +52,9 @@ class LocalAgentRuntime:
     oom: set[str] = field(default_factory=set)
     fail_start: bool = False
     specs: dict[str, SandboxSpec] = field(default_factory=dict)
+    # Python run in the sandbox's process before its agent: it execs the agent (its argv[1])
+    # when done, or never does (a boot that hangs or dies).
+    boot_prelude: str | None = None
 
     async def start(self, spec: SandboxSpec) -> None:
         if self.fail_start:
@@ -64,8 +67,11 @@ class LocalAgentRuntime:
             CORRAL_AGENT_PORT=str(port),
             PATH=os.environ.get("PATH", "/usr/bin:/bin"),
         )
+        argv = [sys.executable, "-I", "-S", str(AGENT_PATH)]
+        if self.boot_prelude is not None:
+            argv[3:3] = ["-c", self.boot_prelude]
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(AGENT_PATH)],
+            argv,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,

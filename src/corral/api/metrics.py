@@ -11,7 +11,11 @@ Served at ``GET /metrics`` (admin keys, scope ``metrics``) in the text expositio
   of answer latencies, so quantiles of every operation (create, exec, fork, ...) can be read;
 - ``corral_requests_total`` (labels ``operation``, ``status``) and ``corral_errors_total``
   (label ``code``, the error codes of ``corral.errcodes``);
-- ``corral_events_published_total``, ``corral_audit_dropped_total``, ``corral_api_keys``.
+- ``corral_events_published_total``, ``corral_audit_dropped_total``, ``corral_api_keys``;
+- ``corral_network_bytes`` and ``corral_network_packets`` (label ``direction``: rx, tx): the
+  network traffic of the sandboxes running or parked now, summed (each since it was created,
+  without the control channel: ``service/traffic.py``); a gauge, as it drops when one goes.
+  Workspace totals only: per-sandbox figures are in ``GET /v1/sandboxes/{id}/metrics``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from corral.service.traffic import Traffic
 from corral.service.workspace import Workspace
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -31,10 +36,12 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 
 class WorkspaceCollector(Collector):
-    """Gauges read from the workspace at scrape time (nothing to keep in step)."""
+    """Gauges read from the workspace at scrape time (nothing to keep in step). ``network`` is
+    set by the scrape just before it renders (reading live slots is async)."""
 
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
+        self.network = Traffic()
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         report = self.ws.admission.capacity()
@@ -71,6 +78,18 @@ class WorkspaceCollector(Collector):
             "Audit entries dropped (writer behind)",
             value=self.ws.audit.dropped,
         )
+        for unit, rx, tx in (
+            ("bytes", self.network.rx_bytes, self.network.tx_bytes),
+            ("packets", self.network.rx_packets, self.network.tx_packets),
+        ):
+            family = GaugeMetricFamily(
+                f"corral_network_{unit}",
+                f"Network {unit} of the running and parked sandboxes since each was created",
+                labels=["direction"],
+            )
+            family.add_metric(["rx"], rx)
+            family.add_metric(["tx"], tx)
+            yield family
 
 
 class ApiMetrics:
@@ -94,7 +113,8 @@ class ApiMetrics:
         self.errors = Counter(
             "corral_errors", "Error answers by code", ["code"], registry=self.registry
         )
-        self.registry.register(WorkspaceCollector(ws))
+        self.workspace = WorkspaceCollector(ws)
+        self.registry.register(self.workspace)
 
     def observe(self, operation: str, status: int, seconds: float) -> None:
         self.latency.labels(operation).observe(seconds)
@@ -103,5 +123,8 @@ class ApiMetrics:
     def error(self, code: str) -> None:
         self.errors.labels(code).inc()
 
-    def render(self) -> bytes:
+    def render(self, network: Traffic | None = None) -> bytes:
+        """The exposition text; ``network``: the sandboxes' traffic totals read just before."""
+        if network is not None:
+            self.workspace.network = network
         return generate_latest(self.registry)

@@ -12,7 +12,7 @@ import typer
 
 from corral.cli._state import client, print_json
 
-__all__ = ["top"]
+__all__ = ["humanize", "render_table", "top"]
 
 CLEAR = "\x1b[H\x1b[2J"
 Row = dict[str, object]
@@ -50,7 +50,7 @@ def _network(row: Row, before: Row | None, key: str) -> str:
     return text
 
 
-def _table(rows: list[Row], previous: dict[str, Row] | None = None) -> str:
+def render_table(rows: list[Row], previous: dict[str, Row] | None = None) -> str:
     previous = previous or {}
     lines = [
         f"{'SANDBOX':<16} {'TEMPLATE':<14} {'CPU%':>6} {'MEM MiB':>15} {'DISK MiB':>15} "
@@ -83,7 +83,7 @@ def top(
     previous: dict[str, Row] = {}
     while True:
         rows = _rows(ctx)
-        table = _table(rows, previous)
+        table = render_table(rows, previous)
         if once:
             typer.echo(table)
             return

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from corral.at_rest import make_private_dir
 
+from .in_use import mounted_anywhere
+
 # What an agent expects of a small Linux machine: the whole Python standard library (json,
 # http.client, urllib.request, sqlite3, ssl), TLS roots, curl, ps/top/free, less.
 BASE_PACKAGES = ("python3", "ca-certificates", "curl", "procps", "less", "coreutils")
@@ -160,15 +162,28 @@ class ImageStore:
             (work / "image.json").write_text(json.dumps(meta))
             target = self.images_dir / name
             if target.exists():  # an older recipe's image, or an incomplete leftover
-                retired = Path(tempfile.mkdtemp(prefix=f".retired-{name}-", dir=self.images_dir))
-                os.replace(target, retired / name)
-                shutil.rmtree(retired, ignore_errors=True)
+                self._retire(name, progress)
             os.replace(work, target)
             progress(f"image {name!r} built in {time.monotonic() - started:.0f} s")
             return self.images_dir / name / "rootfs"
         finally:
             if work.exists():
                 shutil.rmtree(work, ignore_errors=True)
+
+    def _retire(self, name: str, progress: Progress) -> None:
+        """Move image ``name`` aside and delete it, unless a sandbox (of any daemon on this
+        host) still runs on it: then it is kept, renamed, for its sandboxes to finish on."""
+        target = self.images_dir / name
+        retired = Path(tempfile.mkdtemp(prefix=f".retired-{name}-", dir=self.images_dir))
+        in_use = mounted_anywhere(target / "rootfs")
+        os.replace(target, retired / name)
+        if in_use:
+            progress(
+                f"the older image {name!r} is in use by running sandboxes: kept at {retired}"
+                " (delete it once they are gone)"
+            )
+        else:
+            shutil.rmtree(retired, ignore_errors=True)
 
 
 def _trim(rootfs: Path) -> None:

@@ -211,3 +211,20 @@ def host_agent_mount(compiled_dir: Path) -> AgentMount:
     """The agent mount for this host's interpreter and the installed agent (``corral.agent``),
     built into ``compiled_dir``."""
     return build_agent_mount(compiled_dir=compiled_dir)
+
+
+GO_AGENT_BINARY = Path(__file__).resolve().parent.parent / "agent" / "go" / "corral-agent"
+
+
+def go_agent_mount(binary: Path | None = None) -> AgentMount:
+    """The agent mount for the static Go agent (``src/corral/agent/go``, built by
+    ``scripts/setup``): one binary, bind-mounted read-only and run as the sandbox's init. It
+    needs no interpreter, no libraries and nothing else of the host."""
+    path = (binary or GO_AGENT_BINARY).resolve()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise InjectError(
+            f"the Go agent {path} is missing (CORRAL_AGENT=go): run scripts/setup, which "
+            "builds it (or scripts/build-agent), or set CORRAL_AGENT=python"
+        )
+    target = f"{PREFIX}/agent/corral-agent"
+    return AgentMount(mounts=((str(path), target),), argv=(target,))

@@ -11,9 +11,11 @@ forgotten when a sandbox is no longer running).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
+from corral.network.base import Traffic
 from corral.service.errors import StateConflict
 from corral.service.sandboxes import SandboxService
 from corral.service.traffic import recorded_traffic
@@ -46,6 +48,20 @@ class MetricsService:
     def __init__(self, sandboxes: SandboxService) -> None:
         self._sandboxes = sandboxes
         self._last_cpu: dict[str, tuple[float, float]] = {}  # id -> (monotonic, cpu seconds)
+
+    async def network_totals(self) -> Traffic:
+        """The traffic of every sandbox running or parked now, summed (for ``GET /metrics``):
+        what their records keep plus the live slots' counts, read concurrently."""
+        records = self._sandboxes.db.sandboxes.list(states={"running", "parked"})
+        live = await asyncio.gather(
+            *(self._sandboxes.live.traffic(r.id) for r in records if r.state == "running")
+        )
+        total = Traffic()
+        for record in records:
+            total += recorded_traffic(record)
+        for counted in live:
+            total += counted or Traffic()
+        return total
 
     async def sample(self, sandbox_id: str) -> SandboxMetrics:
         """One sample now; StateConflict when the sandbox is not running."""

@@ -69,11 +69,9 @@ class PoolService:
                 await task
 
     def pooled(self, template: str) -> list[SandboxRecord]:
-        return [
-            r
-            for r in self.db.sandboxes.list(states={SandboxState.RUNNING, SandboxState.CREATING})
-            if r.pooled and r.template == template
-        ]
+        return self.db.sandboxes.list(
+            states={SandboxState.RUNNING, SandboxState.CREATING}, pooled_in=template
+        )
 
     def schedule(self, template: str, delay: float = 0.0) -> None:
         if self._stopping:
@@ -141,7 +139,10 @@ class PoolService:
         if not wanted:
             return None
         *_, expires = self.admission.resolve(request)  # validates the rest
-        async with self._claim_lock:
+        # Under the admission lock, so no admission slips between the quota check and the
+        # claim's commit. The pick reads only the pool's rows; every live record is read only
+        # when the caller's key has quotas to check (a claim is a few ms with thousands parked).
+        async with self._claim_lock, self.admission.lock:
             ready = [
                 r
                 for r in self.pooled(template.name)
@@ -152,12 +153,11 @@ class PoolService:
                 return None
             pick = ready[0]
             note_target(pick.id)
-            async with self.admission.lock:  # a claimed sandbox counts against its key's quotas
-                self.admission.check_quotas(
-                    self.db.sandboxes.list(states=LIVE_STATES),
-                    [dataclasses.replace(pick, owner=access.new_owner(), pooled=False)],
-                    "this sandbox",
-                )
+            self.admission.check_quotas(  # a claimed sandbox counts against its key's quotas
+                lambda: self.db.sandboxes.list(states=LIVE_STATES),
+                [dataclasses.replace(pick, owner=access.new_owner(), pooled=False)],
+                "this sandbox",
+            )
             now = time.time()
             env = {**pick.env, **request.env}
             record = self.db.sandboxes.update(

@@ -14,7 +14,7 @@ from typing import Any
 from corral.network.base import Traffic
 from corral.storage import SandboxRecord
 
-__all__ = ["recorded_traffic", "traffic_totals"]
+__all__ = ["Traffic", "recorded_traffic", "traffic_totals"]  # Traffic: for the edges
 
 
 def recorded_traffic(record: SandboxRecord) -> Traffic:

@@ -109,12 +109,21 @@ class SandboxRepository:
             return _record(row) if row else None
 
     def list(
-        self, *, states: AbstractSet[str] | None = None, metadata: dict[str, str] | None = None
+        self,
+        *,
+        states: AbstractSet[str] | None = None,
+        metadata: dict[str, str] | None = None,
+        pooled_in: str | None = None,
     ) -> list[SandboxRecord]:
+        """The records in ``states`` (all if None) whose metadata holds ``metadata``, oldest
+        first; ``pooled_in``: only the pooled sandboxes of that template (read without
+        turning every other row into a record)."""
         with self._sessions() as session:
             query = select(SandboxRow).order_by(SandboxRow.created_at)
             if states:
                 query = query.where(SandboxRow.state.in_(states))
+            if pooled_in is not None:
+                query = query.where(SandboxRow.pooled.is_(True), SandboxRow.template == pooled_in)
             rows = session.scalars(query).all()
             records = [_record(row) for row in rows]
         if metadata:

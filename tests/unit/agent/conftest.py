@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.agent import AGENT_PATH
+from corral.agent import AGENT_DIR, AGENT_PATH
 from corral.runtime.agent_client import AgentClient, AgentError
 
 AGENT_KEY = "ab" * 32
@@ -39,8 +39,18 @@ class LocalAgent:
     port: int
 
 
-@pytest.fixture
-async def agent(tmp_path: Path) -> AsyncIterator[LocalAgent]:
+GO_AGENT = AGENT_DIR / "go" / "corral-agent"
+
+
+@pytest.fixture(params=["python", "go"])
+async def agent(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LocalAgent]:
+    """The agent under test, once per implementation: the same assertions prove their parity.
+    The Go agent is built by scripts/setup (scripts/build-agent)."""
+    if request.param == "go":
+        assert GO_AGENT.exists(), f"{GO_AGENT} is missing: run scripts/setup"
+        argv = [str(GO_AGENT)]
+    else:
+        argv = [sys.executable, "-I", "-S", str(AGENT_PATH)]
     port = _free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -53,7 +63,7 @@ async def agent(tmp_path: Path) -> AsyncIterator[LocalAgent]:
     log_path = tmp_path / "agent.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(AGENT_PATH)],
+            argv,
             env=env,
             stdin=subprocess.PIPE,
             stdout=log,

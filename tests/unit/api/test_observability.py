@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from corral.cli.main import app
+from corral.cli.top import render_table
+from corral.network.base import Traffic
 from corral.sdk import AsyncClient, Event
 from tests.unit.conftest import Served
 
@@ -145,6 +147,45 @@ async def test_metrics_parse_and_move_when_sandboxes_work(served: Served) -> Non
     forbidden = ("corral_errors_total", (("code", "forbidden"),))
     assert after[forbidden] >= 1
     assert after[("corral_api_keys", ())] == 2
+    for unit in ("bytes", "packets"):
+        for direction in ("rx", "tx"):
+            assert (f"corral_network_{unit}", (("direction", direction),)) in after
+
+
+async def test_network_totals_in_metrics_the_sdk_and_corral_top(served: Served) -> None:
+    network = served.harness.network
+    async with AsyncClient(served.url, served.admin_key) as sdk:
+        sbx = await sdk.create_sandbox()
+        slot = served.harness.workspace.sandboxes.live.slot(sbx.id)
+        assert slot is not None and (await sbx.metrics()).net_rx_bytes == 0
+        network.counted[slot.index] = Traffic(3 * 1024 * 1024, 2200, 4096, 40)
+        sample = await sbx.metrics()
+        assert (sample.net_rx_bytes, sample.net_rx_packets) == (3 * 1024 * 1024, 2200)
+        assert (sample.net_tx_bytes, sample.net_tx_packets) == (4096, 40)
+        text = await sdk.metrics_text()
+    gauges = samples(text)
+    assert gauges[("corral_network_bytes", (("direction", "rx"),))] >= 3 * 1024 * 1024
+    assert gauges[("corral_network_packets", (("direction", "tx"),))] >= 40
+    argv = ["--url", served.url, "--api-key", served.admin_key, "top", "--once"]
+    result = await asyncio.to_thread(CliRunner().invoke, app, argv, catch_exceptions=False)
+    header, row = result.stdout.splitlines()[:2]
+    assert header.split()[-2:] == ["RX", "TX"]
+    assert row.split()[-2:] == ["3.0M", "4.0K"]
+
+
+def test_top_shows_rates_from_the_second_refresh() -> None:
+    before = {"sandbox_id": "s1", "at": 10.0, "net_rx_bytes": 0, "net_tx_bytes": 100}
+    now = before | {"at": 12.0, "net_rx_bytes": 2 * 1024 * 1024, "net_tx_bytes": 100}
+    row = now | {
+        "template": "base",
+        "cpu_used_pct": 1.0,
+        "memory_used_mib": 10.0,
+        "memory_total_mib": 256,
+        "disk_used_mib": 1.0,
+        "disk_total_mib": 512,
+    }
+    line = render_table([row], {"s1": before}).splitlines()[1]
+    assert line.split()[-4:] == ["2.0M", "1.0M/s", "100B", "0B/s"]
 
 
 async def test_sandbox_metrics_through_the_sdk_and_corral_top(served: Served) -> None:

@@ -49,3 +49,24 @@ def test_trim_drops_docs_but_keeps_copyrights(tmp_path: Path) -> None:
     assert not any((tmp_path / "usr/share/man").iterdir())
     excludes = (tmp_path / "etc/dpkg/dpkg.cfg.d/corral-nodoc").read_text()
     assert "path-exclude=/usr/share/doc/*" in excludes
+
+
+@pytest.mark.parametrize("in_use", [True, False])
+def test_a_replaced_image_is_kept_while_sandboxes_run_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_use: bool
+) -> None:
+    # Another checkout's scripts/setup with a newer recipe must not delete the files under a
+    # running daemon's sandboxes: the older image is moved aside and kept while it is mounted.
+    rootfs = fake_image(tmp_path, None)
+    (rootfs / "tmp" / "file").write_text("still here")
+    asked: list[Path] = []
+    monkeypatch.setattr(store, "mounted_anywhere", lambda path: asked.append(path) or in_use)
+    said: list[str] = []
+    ImageStore(tmp_path)._retire("base", said.append)
+    assert asked == [rootfs] and not (tmp_path / "base").exists()
+    kept = list(tmp_path.glob(".retired-base-*/base/rootfs/tmp/file"))
+    if in_use:
+        assert [p.read_text() for p in kept] == ["still here"]
+        assert "in use by running sandboxes" in said[0]
+    else:
+        assert kept == [] and list(tmp_path.iterdir()) == [] and said == []

@@ -19,5 +19,6 @@ router = APIRouter(tags=["metrics"])
 )
 async def get_metrics(request: Request) -> Response:
     metrics: ApiMetrics = request.app.state.metrics
-    body = await asyncio.to_thread(metrics.render)  # reads the store
+    network = await request.app.state.workspace.metrics.network_totals()
+    body = await asyncio.to_thread(metrics.render, network)  # reads the store
     return Response(body, media_type=CONTENT_TYPE)

@@ -3,7 +3,8 @@
 ``resolve`` turns a create request into resources and an expiry (or one InvalidRequest naming
 every problem); the ``admit*`` methods check capacity and commit what takes it (a new record, a
 wake's reservation, an imported parked sandbox, a build sandbox's hold) under one workspace-wide
-lock, so two requests never take the same free MiB.
+lock, so two requests never take the same free MiB. Boots (creates, wakes) must also fit the
+host as it is now (``host_room.py``): a create is refused up front, never started and starved.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from corral.config import Settings
 from corral.runtime.base import Resources
@@ -30,11 +31,14 @@ from corral.service.model import (
 )
 from corral.service.policy import PolicyService
 from corral.service.quotas import check_quotas, usage_of
+from corral.service.sandboxes.host_room import HostRoom
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord
 
 __all__ = ["Admission"]
+
+_BOOTING = frozenset({SandboxState.CREATING, SandboxState.RUNNING})
 
 
 class Admission:
@@ -58,6 +62,7 @@ class Admission:
         self.policies = policies
         self.workspace_policy = workspace_policy
         self.model = CapacityModel(settings)
+        self.host = HostRoom(settings.host_reserve_memory_mib)
         self.lock = asyncio.Lock()
 
     def _snapshot_mib(self) -> int:
@@ -113,19 +118,25 @@ class Admission:
         return cpu, memory, disk, expires
 
     def check_quotas(
-        self, live: Iterable[SandboxRecord], adding: Iterable[SandboxRecord], what: str
+        self,
+        live: Iterable[SandboxRecord] | Callable[[], Iterable[SandboxRecord]],
+        adding: Iterable[SandboxRecord],
+        what: str,
     ) -> None:
         """Raise QuotaExceeded if ``adding`` (new or changed records, in their new state) would
-        take an owner over a quota of its key. Callers hold ``lock``."""
-        live = list(live)
+        take an owner over a quota of its key. ``live``: the live records, or what reads them
+        (called only if some owner has quotas). Callers hold ``lock``."""
         adding = list(adding)
         changed = {r.id for r in adding}
+        read: list[SandboxRecord] | None = None
         for owner in {r.owner for r in adding if r.owner is not None}:
             key = self.db.api_keys.get(owner)
             if key is None or not key.quotas:
                 continue
-            before = usage_of(live, owner)
-            after = usage_of([*(r for r in live if r.id not in changed), *adding], owner)
+            if read is None:
+                read = list(live() if callable(live) else live)
+            before = usage_of(read, owner)
+            after = usage_of([*(r for r in read if r.id not in changed), *adding], owner)
             need = type(before)(
                 **{q: after.get(q) - before.get(q) for q in vars(before)}  # the growth
             )
@@ -135,7 +146,7 @@ class Admission:
         """Check the quotas of ``record`` in its new state (a park: its image counts where its
         memory did), atomically with other admissions."""
         async with self.lock:
-            self.check_quotas(self.db.sandboxes.list(states=LIVE_STATES), [record], what)
+            self.check_quotas(lambda: self.db.sandboxes.list(states=LIVE_STATES), [record], what)
 
     async def admit(self, records: Sequence[SandboxRecord]) -> None:
         """Check capacity and quotas for new records and insert them, atomically with other
@@ -153,6 +164,7 @@ class Admission:
                 disk_mib=sum(r.disk_mib for r in records),
                 snapshot_mib=self._snapshot_mib(),
             )
+            self.host.check(sum(1 for r in records if r.state in _BOOTING), what)
             for record in records:
                 self.db.sandboxes.add(record)
 
@@ -174,6 +186,7 @@ class Admission:
                 disk_mib=record.disk_mib + record.image_mib,
                 snapshot_mib=self._snapshot_mib(),
             )
+            self.host.check(1, f"waking sandbox {record.id}")
             self.db.sandboxes.update(
                 record.id, state=SandboxState.RUNNING, operation=Operation.WAKING
             )

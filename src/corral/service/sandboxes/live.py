@@ -9,6 +9,9 @@ Invariants:
   (``max_concurrent_boots``) and goes lease → prepare → egress → start → agent ready;
 - every agent has a key of its own (``agent_keys.py``): a cold boot is given a new one, a restore
   is rekeyed before anything else is asked of it; a checkpoint puts the key beside the memory;
+- a boot's agent is waited for as long as the sandbox is alive and progressing (it used CPU in
+  the last ``agent_ready_timeout``), up to ``agent_ready_limit``: a boot starved by load is
+  slow, not failed; one that stopped or used no CPU for a whole window is stuck and fails;
 - ``translate_agent_error`` maps what a sandbox's agent reports to the service's error tree: the
   agent runs inside the sandbox and is not trusted, so only the codes it may use pass through.
 """
@@ -20,14 +23,22 @@ import contextlib
 import logging
 import os
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from corral.config import Settings
 from corral.network.base import Network, Slot, Traffic
 from corral.network.policy import EgressPolicy
-from corral.runtime.agent_client import AgentClient, AgentError
-from corral.runtime.base import AgentMount, Resources, Runtime, RuntimeFailure, SandboxSpec
+from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
+from corral.runtime.base import (
+    AgentMount,
+    Resources,
+    Runtime,
+    RuntimeFailure,
+    RuntimeStatus,
+    SandboxSpec,
+)
 from corral.service.agent_keys import AgentKeys, new_agent_key
 from corral.service.errors import (
     CorralError,
@@ -48,6 +59,11 @@ __all__ = ["AGENT_CODES", "LiveSandboxes", "translate_agent_error"]
 log = logging.getLogger("corral.sandboxes")
 
 ConnectAgent = Callable[[str, Slot], AgentClient]
+
+# A booting sandbox is progressing while it uses at least this share of one CPU over a window of
+# agent_ready_timeout: a boot starved at load 16 on 2 cores still gets about 12 %; a stuck
+# sandbox's idle sentry uses about 2.5 %.
+PROGRESS_CPU_SHARE = 0.05
 
 
 class LiveSandboxes:
@@ -165,7 +181,7 @@ class LiveSandboxes:
             else:
                 key = old_key
                 await self.runtime.restore(self.spec_for(record, rootfs, slot, env), image_dir)
-            client = await self._connect(record.id, slot, key)
+            client = await self._connect(record.id, slot, key, verb)
             if old_key is not None:
                 try:
                     await client.rekey(
@@ -215,7 +231,7 @@ class LiveSandboxes:
                 )
                 await self.runtime.start(spec)
                 self._slots[sandbox_id] = slot
-                client = await self._connect(sandbox_id, slot, key)
+                client = await self._connect(sandbox_id, slot, key, "booting build")
                 self._clients[sandbox_id] = client
                 return client
             except BaseException as exc:
@@ -225,16 +241,68 @@ class LiveSandboxes:
                     raise
                 raise OperationFailed(f"creating build sandbox {sandbox_id} failed: {exc}") from exc
 
-    async def _connect(self, sandbox_id: str, slot: Slot, key: str) -> AgentClient:
+    async def _connect(self, sandbox_id: str, slot: Slot, key: str, verb: str) -> AgentClient:
         """A client of the agent just started in ``slot``, once it answers (closed on failure)."""
         client = self.connect_agent(sandbox_id, slot)
         client.set_key(key)
         try:
-            await client.wait_ready(self.settings.agent_ready_timeout)
+            await self._await_agent(sandbox_id, client, verb)
         except BaseException:
             await client.aclose()
             raise
         return client
+
+    async def _await_agent(self, sandbox_id: str, client: AgentClient, verb: str) -> None:
+        """Wait for a booted sandbox's agent while the sandbox is alive and progressing: each
+        window of ``agent_ready_timeout`` without an answer must have used some CPU, and the
+        whole wait is at most ``agent_ready_limit``. Raise OperationFailed saying which."""
+        window = self.settings.agent_ready_timeout
+        limit = max(self.settings.agent_ready_limit, window)
+        started = time.monotonic()
+        cpu = await self._cpu_seconds(sandbox_id)
+        while True:
+            try:
+                await client.wait_ready(min(window, limit - (time.monotonic() - started)))
+                return
+            except AgentUnavailable as exc:
+                waited = time.monotonic() - started
+                info = await self.runtime.info(sandbox_id)
+                if info.status is not RuntimeStatus.RUNNING:
+                    detail = f": {info.detail}" if info.detail else ""
+                    raise OperationFailed(
+                        f"{verb} sandbox {sandbox_id} failed: it is {info.status.value} after "
+                        f"{waited:.1f} s, before its agent answered{detail}"
+                    ) from exc
+                if waited >= limit - 1e-3:
+                    raise OperationFailed(
+                        f"{verb} sandbox {sandbox_id} failed: its agent did not answer within "
+                        f"{limit:g} s (agent_ready_limit) although the sandbox kept running; "
+                        "its console log (corral logs) may say why"
+                    ) from exc
+                now = await self._cpu_seconds(sandbox_id)
+                if now is None or cpu is None or now - cpu < PROGRESS_CPU_SHARE * window:
+                    used = "no" if now is None or cpu is None else f"{now - cpu:.2f} s of"
+                    raise OperationFailed(
+                        f"{verb} sandbox {sandbox_id} failed: its boot is stuck: the agent did "
+                        f"not answer within {waited:.1f} s and the sandbox used {used} CPU in "
+                        f"the last {window:g} s (agent_ready_timeout)"
+                    ) from exc
+                log.info(
+                    "sandbox %s: agent not up after %.1f s but the boot is progressing "
+                    "(%.2f s of CPU in %g s): waiting on",
+                    sandbox_id,
+                    waited,
+                    now - cpu,
+                    window,
+                )
+                cpu = now
+
+    async def _cpu_seconds(self, sandbox_id: str) -> float | None:
+        try:
+            usage = await self.runtime.usage(sandbox_id)
+        except Exception:  # a sandbox whose cgroup is not readable shows no progress
+            return None
+        return None if usage is None else usage.cpu_seconds
 
     async def detach(self, sandbox_id: str) -> Slot | None:
         """Forget the live side of a sandbox whose runtime has already stopped (after a park):

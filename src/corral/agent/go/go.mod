@@ -1,0 +1,3 @@
+module corral/agent
+
+go 1.22
