@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
 
@@ -66,7 +68,7 @@ async def test_the_client_stops_reading_an_endless_event_line(
 ) -> None:
     monkeypatch.setattr(agent_transport, "MAX_ANSWER_BYTES", 1000)
 
-    async def endless() -> object:
+    async def endless() -> AsyncIterator[bytes]:
         for _ in range(100):
             yield b"a" * 100  # never a newline
 
