@@ -41,7 +41,7 @@ from corral.service.errors import (
     Unauthorized,
 )
 from corral.service.lifecycle.wake import WakeService
-from corral.service.model import SandboxState
+from corral.service.model import LIVE_STATES, SandboxState
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.storage import SandboxPortRecord
@@ -51,7 +51,6 @@ __all__ = ["InboundTarget", "OpenPort", "PortService", "port_url_paths"]
 MAX_OPEN_PORTS = 64
 SECRET_FILE = "ports.secret"
 _TOKEN = re.compile(r"^[0-9a-f]{64}$")
-OPENABLE_STATES = ("creating", "running", "parked")
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ class PortService:
         """Open ``port`` of the sandbox (again: keeps its token, changes ``public``)."""
         _check_port(port)
         record = self.sb.get(sandbox_id)
-        if record.state not in OPENABLE_STATES:
+        if record.state not in LIVE_STATES:
             raise StateConflict(
                 f"cannot open port {port} of sandbox {sandbox_id} in state {record.state}"
             )
@@ -127,7 +126,7 @@ class PortService:
 
     def list(self, sandbox_id: str) -> list[OpenPort]:
         """The open ports of a live sandbox (an ended one has none: they closed with it)."""
-        if self.sb.get(sandbox_id).state not in OPENABLE_STATES:
+        if self.sb.get(sandbox_id).state not in LIVE_STATES:
             return []
         return [self._describe(r) for r in self.db.ports.list(sandbox_id)]
 
@@ -144,7 +143,7 @@ class PortService:
         live sandbox or port not open), Unauthorized (no token) or Forbidden (wrong token)."""
         record = self.db.sandboxes.get(sandbox_id)
         opened = self.db.ports.get(sandbox_id, port) if record else None
-        if record is None or record.state not in OPENABLE_STATES or opened is None:
+        if record is None or record.state not in LIVE_STATES or opened is None:
             raise NotFound(
                 f"port {port} of sandbox {sandbox_id} is not open "
                 f"(open it with: corral port open {sandbox_id} {port})"
@@ -168,12 +167,12 @@ class PortService:
         record = self.sb.get(sandbox_id)
         if record.state == SandboxState.PARKED and record.auto_wake:
             record = await self.wakes.wake(sandbox_id)
-        if record.state == "parked":
+        if record.state == SandboxState.PARKED:
             raise StateConflict(
                 f"sandbox {sandbox_id} is parked and has no auto-wake: wake it first "
                 f"(corral wake {sandbox_id})"
             )
-        if record.state != "running":
+        if record.state != SandboxState.RUNNING:
             raise StateConflict(
                 f"cannot reach port {port} of sandbox {sandbox_id} in state {record.state}"
             )
