@@ -46,8 +46,9 @@ from corral.service.ratelimit import RateLimiter
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.admission import Admission
+from corral.service.sandboxes.agents import ConnectAgent
 from corral.service.sandboxes.freezer import Freezer
-from corral.service.sandboxes.live import ConnectAgent, LiveSandboxes
+from corral.service.sandboxes.live import LiveSandboxes
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SecretService
 from corral.service.snapshots.service import SnapshotService
