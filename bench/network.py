@@ -12,7 +12,7 @@ Paths (every server and client is its own process, run with ``ip netns exec``):
 - ``in-slot``: the host side reaching a server in a sandbox namespace through its slot (DNAT), as
   the daemon does for a sandbox's port: the path under the inbound proxy;
 - ``inbound``: a client on the host side through the inbound proxy (``api/front.py`` +
-  ``api/inbound.py``, the daemon's own code, with a port token) to that server.
+  ``api/inbound/``, the daemon's own code, with a port token) to that server.
 
 Set-up is the time from connect() to the end of a small answer on a new connection, p50 over
 ``--runs``; throughput is one upload and one download of ``--size`` MiB on a kept-alive

@@ -22,7 +22,7 @@ from corral.errcodes import CODES, code_for_status, status_of
 from corral.runtime.agent_client import AgentError
 from corral.sdk.testing import FakeDaemon
 from corral.service import errors as service_errors
-from corral.service.sandboxes.live import AGENT_CODES, translate_agent_error
+from corral.service.sandboxes.agents import AGENT_CODES, translate_agent_error
 from tests.unit.conftest import Harness
 
 

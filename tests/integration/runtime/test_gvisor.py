@@ -12,7 +12,7 @@ import pytest
 
 from corral.agent import AGENT_DIR
 from corral.runtime import GVisorRuntime, RuntimeFailure, RuntimeStatus
-from corral.runtime.gvisor import DISK_ROOT_MARKER, disk_headroom_mib, memory_headroom_mib
+from corral.runtime.generation import DISK_ROOT_MARKER, disk_headroom_mib, memory_headroom_mib
 
 from .conftest import ROOTFS, SpecFactory, wait_for_log
 
