@@ -170,13 +170,12 @@ class Ports:
     # The service side of the daemon, reduced to one open port of one running sandbox.
     def __init__(self, address, port, token):
         self.address, self.port, self.token = address, port, token
-        self.on_close = []
     def check_access(self, sandbox_id, port, token):
         if token != self.token:
             raise Forbidden("wrong token")
     async def resolve_inbound(self, sandbox_id, port):
         return InboundTarget(sandbox_id, self.address, self.port)
-    def activity(self, sandbox_id):
+    def connection(self, sandbox_id, port):
         return contextlib.nullcontext()
 
 async def main():
