@@ -46,7 +46,14 @@ from corral.service.images import (
     seal_image,
 )
 from corral.service.launch import Launcher
-from corral.service.model import Action, CreateRequest, Operation, refuse_secrets, require_state
+from corral.service.model import (
+    Action,
+    CreateRequest,
+    Operation,
+    SandboxState,
+    refuse_secrets,
+    require_state,
+)
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.live import LiveSandboxes
@@ -230,7 +237,7 @@ class SnapshotService:
             template = self.templates.get(source.template)
             record = SnapshotRecord(
                 name=name,
-                state="creating",
+                state=SandboxState.CREATING,
                 kind="fs" if fs_only else "memory",
                 source_id=source.id,
                 template=source.template,
