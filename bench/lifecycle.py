@@ -211,13 +211,18 @@ def main() -> None:
     parser.add_argument(
         "--workload", choices=list(WORKLOADS), action="append", help="only these (default: all)"
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="with --breakdown: also run a daemon from this checkout's src/ (before/after)",
+    )
     args = parser.parse_args()
     runs = max(1, args.runs)
     workloads = {k: v for k, v in WORKLOADS.items() if not args.workload or k in args.workload}
     if args.breakdown:
         from lifecycle_breakdown import breakdown
 
-        breakdown(runs, workloads)
+        breakdown(runs, workloads, args.baseline_src)
         return
 
     reap_forever()

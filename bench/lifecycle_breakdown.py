@@ -1,6 +1,7 @@
 """Where the time of park, wake, fork, snapshot and restore goes, step by step, beside raw runsc.
 
-    .venv/bin/python bench/lifecycle.py --breakdown [--runs N]
+    .venv/bin/python bench/lifecycle.py --breakdown [--runs N] [--workload idle]
+        [--baseline-src DIR]
 
 The daemon runs with ``server_timing`` on: every answer carries a ``Server-Timing`` header with
 the wall time of each step its path marked (``corral/timing.py``): runsc calls (``runsc
@@ -16,13 +17,20 @@ of every phase, ``unmarked`` (the daemon's time no mark covers: the total less t
 fork, whose children restore 4 at a time, the phases add up to more than the wall time and this
 is not shown) and ``http`` (the client's wall time less the daemon's). ``own`` is the daemon's
 time less its runsc calls: corral's share, the figure each change should cut.
+
+``--baseline-src DIR`` (the ``src`` of another checkout, e.g. ``git archive`` of the commit
+before a change) runs a second daemon on that code (``PYTHONPATH``) in the same rounds, so a
+change's before and after are measured in one run, each beside the same raw runsc figures.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -105,39 +113,52 @@ class CorralTimed:
         self.api.kill(self.sbx.id)
 
 
+Samples = dict[str, list[Sample]]
+
+
 def measure(
-    client: Client, api: TimedApi, raw: RawRunsc, label: str, hold: str | None, runs: int
-) -> tuple[dict[str, list[Sample]], dict[str, list[float]]]:
-    ours: dict[str, list[Sample]] = defaultdict(list)
+    daemons: list[tuple[Client, TimedApi]],
+    raw: RawRunsc,
+    label: str,
+    hold: str | None,
+    runs: int,
+) -> tuple[list[Samples], dict[str, list[float]]]:
+    """Samples of each daemon (in order) and raw runsc's, taken in turn round by round."""
+    ours: list[Samples] = [defaultdict(list) for _ in daemons]
     theirs: dict[str, list[float]] = defaultdict(list)
     raw_side = RawSide(raw, hold)
-    corral = CorralTimed(client, api, label, hold)
+    sides = []
     try:
+        sides = [CorralTimed(client, api, label, hold) for client, api in daemons]
         for i in range(runs + 1):
             raw_park, raw_wake = raw_side.park_wake()
-            park, wake = corral.park_wake()
+            taken = [side.park_wake() for side in sides]
             if i:
                 theirs["park"].append(raw_park)
                 theirs["wake"].append(raw_wake)
-                ours["park"].append(park)
-                ours["wake"].append(wake)
+                for mine, (park, wake) in zip(ours, taken, strict=True):
+                    mine["park"].append(park)
+                    mine["wake"].append(wake)
         for count in (1, 10):
             for i in range(runs + 1):
                 raw_took = raw_side.fork(count)
-                took = corral.fork(count)
+                forks = [side.fork(count) for side in sides]
                 if i:
                     theirs[f"fork {count}"].append(raw_took)
-                    ours[f"fork {count}"].append(took)
+                    for mine, took in zip(ours, forks, strict=True):
+                        mine[f"fork {count}"].append(took)
         for i in range(runs + 1):
             raw_took, raw_back = raw_side.snapshot_restore(i)
-            took, back = corral.snapshot_restore(i)
+            taken = [side.snapshot_restore(i) for side in sides]
             if i:
                 theirs["snapshot"].append(raw_took)
                 theirs["restore"].append(raw_back)
-                ours["snapshot"].append(took)
-                ours["restore"].append(back)
+                for mine, (took, back) in zip(ours, taken, strict=True):
+                    mine["snapshot"].append(took)
+                    mine["restore"].append(back)
     finally:
-        corral.close()
+        for side in sides:
+            side.close()
         raw_side.close()
     return ours, theirs
 
@@ -146,56 +167,92 @@ def median_of(samples: list[Sample], name: str) -> float:
     return statistics.median(s.get(name, 0.0) for s in samples)
 
 
-def print_measure(label: str, what: str, samples: list[Sample], raw: list[float]) -> None:
-    client, raw_p50 = median_of(samples, "client"), statistics.median(raw)
-    total = median_of(samples, "total")
-    names = sorted(
-        {n for s in samples for n in s} - {"client", "total"},
-        key=lambda n: -median_of(samples, n),
+def _runsc(sample: Sample) -> float:
+    return sum(ms for n, ms in sample.items() if n.startswith("runsc "))
+
+
+def print_measure(
+    label: str, what: str, runs: list[list[Sample]], raw: list[float], names: list[str]
+) -> None:
+    """One measure: each daemon's median (and ratio to raw), then every phase side by side."""
+    raw_p50 = statistics.median(raw)
+    heads = []
+    for name, samples in zip(names, runs, strict=True):
+        client = median_of(samples, "client")
+        own = statistics.median(s.get("total", 0.0) - _runsc(s) for s in samples)
+        heads.append(f"{name} {client:.1f} ms ({client / raw_p50:.2f}x raw), own {own:.1f}")
+    print(f"{label} {what}: raw runsc {raw_p50:.1f} ms; " + "; ".join(heads))
+    phases = sorted(
+        {n for samples in runs for s in samples for n in s} - {"client", "total"},
+        key=lambda n: -median_of(runs[0], n),
     )
-    runsc = statistics.median(
-        sum(ms for n, ms in s.items() if n.startswith("runsc ")) for s in samples
-    )
-    own = statistics.median(
-        s.get("total", 0.0) - sum(ms for n, ms in s.items() if n.startswith("runsc "))
-        for s in samples
-    )
-    print(
-        f"{label} {what}: corral {client:.1f} ms, raw {raw_p50:.1f} ms "
-        f"({client / raw_p50:.2f}x); daemon {total:.1f} ms, of it runsc {runsc:.1f}, own {own:.1f}"
-    )
-    for name in names:
-        print(f"    {name:20} {median_of(samples, name):8.1f}")
-    if not what.startswith("fork"):
-        unmarked = statistics.median(
-            s.get("total", 0.0) - sum(ms for n, ms in s.items() if n not in ("client", "total"))
-            for s in samples
+    print(f"    {'phase':20}" + "".join(f" {name:>10}" for name in names))
+    for phase in phases:
+        print(f"    {phase:20}" + "".join(f" {median_of(r, phase):10.1f}" for r in runs))
+    extra: list[tuple[str, list[float]]] = [
+        ("(runsc, all)", [statistics.median(_runsc(s) for s in r) for r in runs]),
+        ("(daemon total)", [median_of(r, "total") for r in runs]),
+    ]
+    if not what.startswith("fork"):  # concurrent children: the phases overlap
+        extra.append(
+            (
+                "(unmarked)",
+                [
+                    statistics.median(
+                        s.get("total", 0.0)
+                        - sum(ms for n, ms in s.items() if n not in ("client", "total"))
+                        for s in r
+                    )
+                    for r in runs
+                ],
+            )
         )
-        print(f"    {'(unmarked)':20} {unmarked:8.1f}")
-    http = statistics.median(s["client"] - s.get("total", 0.0) for s in samples)
-    print(f"    {'(http + client)':20} {http:8.1f}")
+    extra.append(
+        (
+            "(http + client)",
+            [statistics.median(s["client"] - s.get("total", 0.0) for s in r) for r in runs],
+        )
+    )
+    for title, values in extra:
+        print(f"    {title:20}" + "".join(f" {v:10.1f}" for v in values))
 
 
-def breakdown(runs: int, workloads: dict[str, str | None]) -> None:
+def breakdown(
+    runs: int, workloads: dict[str, str | None], baseline_src: Path | None = None
+) -> None:
+    """Print the breakdown; with ``baseline_src`` (another checkout's ``src``), a second daemon
+    runs that code and is measured in the same rounds: before/after in one run."""
     reap_forever()
     raw = RawRunsc()
-    results: list[tuple[str, dict[str, list[Sample]], dict[str, list[float]]]] = []
+    timing = {"CORRAL_SERVER_TIMING": "1"}
+    names = ["corral"] if baseline_src is None else ["this", "baseline"]
+    results: list[tuple[str, list[Samples], dict[str, list[float]]]] = []
     try:
-        with (
-            private_daemon({"CORRAL_SERVER_TIMING": "1"}) as daemon,
-            Client(daemon.url, daemon.key) as client,
-        ):
-            api = TimedApi(daemon.url, daemon.key)
-            try:
-                for label, hold in workloads.items():
-                    ours, theirs = measure(client, api, raw, label, hold, runs)
-                    results.append((label, ours, theirs))
-            finally:
-                api.close()
+        with contextlib.ExitStack() as stack:
+            daemons = []
+            for name in names:
+                env = dict(timing)
+                if name == "baseline":
+                    env["PYTHONPATH"] = str(baseline_src)
+                daemon = stack.enter_context(private_daemon(env))
+                client = stack.enter_context(Client(daemon.url, daemon.key))
+                api = TimedApi(daemon.url, daemon.key)
+                stack.callback(api.close)
+                daemons.append((client, api))
+            for label, hold in workloads.items():
+                ours, theirs = measure(daemons, raw, label, hold, runs)
+                results.append((label, ours, theirs))
     finally:
         raw.close()
-    print(f"medians of {runs} runs (after one warm-up round; raw runsc and corral in turn); ms")
+    load = os.getloadavg()
+    print(
+        f"medians of {runs} runs (after one warm-up round; raw runsc and "
+        + " and ".join(names)
+        + f" in turn); ms; load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end"
+    )
+    if baseline_src is not None:
+        print(f"baseline: the daemon run from {baseline_src}")
     for label, ours, theirs in results:
         for what in MEASURES:
-            print_measure(label, what, ours[what], theirs[what])
+            print_measure(label, what, [o[what] for o in ours], theirs[what], names)
         print()
