@@ -55,15 +55,9 @@ class Link:
         self.upstream = upstream
         self.first = first
         self.peer = _peer_of(client)
-        self._task: asyncio.Task[bool] | None = None
-
-    def abort(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
     async def run(self, rest: bytes) -> bool:
         """Serve until both sides are done; True when they ended cleanly."""
-        self._task = asyncio.current_task()
         requests = asyncio.create_task(self._requests(rest))
         if self.first.by_host:
             answers = asyncio.create_task(splice.copy(self.upstream, self.client))

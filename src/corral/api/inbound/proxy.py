@@ -52,13 +52,6 @@ class InboundProxy:
         self.max_connections = max_connections
         self._tasks: set[asyncio.Task[None]] = set()
         self._links: set[Link] = set()
-        ports.on_close.append(self.cut)
-
-    def cut(self, sandbox_id: str, port: int) -> None:
-        """Close the open connections to a port that was just closed."""
-        for link in list(self._links):
-            if (link.first.sandbox_id, link.first.port) == (sandbox_id, port):
-                link.abort()
 
     def claims(self, head: bytes) -> InboundRequest | BadHead | None:
         """What the first head of a connection is: an inbound request, a refused one, or the
@@ -105,7 +98,8 @@ class InboundProxy:
             )
             self._links.add(link)
             try:
-                with self.ports.activity(request.sandbox_id):
+                # Closing the port cancels this task: the link is cut (sockets reset below).
+                with self.ports.connection(request.sandbox_id, request.port):
                     clean = await link.run(rest)
             finally:
                 self._links.discard(link)
