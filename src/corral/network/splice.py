@@ -173,8 +173,9 @@ async def _in_thread(pump: _Pump, idle: float | None) -> bool:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(settle)
 
+    thread = threading.Thread(target=run, name="corral-splice", daemon=True)
     try:
-        threading.Thread(target=run, name="corral-splice", daemon=True).start()
+        thread.start()
     except RuntimeError:  # out of threads: the loop goes on with it
         os.close(stop_read)
         os.close(stop_write)
@@ -192,6 +193,7 @@ async def _in_thread(pump: _Pump, idle: float | None) -> bool:
         if finished.done():
             os.close(stop_read)
             os.close(stop_write)
+    thread.join()  # it has settled ``finished`` and only returns: a moment, not a wait
     if cancelled:
         raise asyncio.CancelledError
     if failure:
