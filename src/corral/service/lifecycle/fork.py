@@ -133,15 +133,17 @@ class ForkService:
             rootfs = self.sandboxes.rootfs_of(source)
             template = self.templates.get(source.template)
             image_ref = self.templates.image_of(source.id) or template.image
-            for child in children:
-                self.templates.pin_image(child.id, template, image_ref)
+            self.templates.pin_images([child.id for child in children], template, image_ref)
             limit = asyncio.Semaphore(FORK_CONCURRENCY)
 
             async def restore(child: SandboxRecord) -> SandboxRecord:
                 async with limit, self.sandboxes.lock(child.id):
                     await self.live.boot(child, rootfs, child.env, image_dir=image)
                     return self.db.sandboxes.update(
-                        child.id, state=SandboxState.RUNNING, operation=None
+                        child.id,
+                        state=SandboxState.RUNNING,
+                        operation=None,
+                        slot_index=self.live.slot_index_of(child.id),
                     )
 
             results = list(

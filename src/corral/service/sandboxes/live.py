@@ -139,7 +139,8 @@ class LiveSandboxes:
         """Give ``record`` a slot, start it (or restore ``image_dir`` into it) and connect to its
         agent. A restored agent holds the key of the one that was checkpointed: it is rekeyed
         before anything else. On failure everything this call made is released and
-        OperationFailed is raised; the record itself is left to the caller. At most
+        OperationFailed is raised; the record itself is left to the caller, who records the
+        slot (``slot_index_of``) in the commit that says the sandbox runs. At most
         ``max_concurrent_boots`` run at once; the others wait their turn first."""
         with phase("boot queue"):
             await self._boots.acquire()
@@ -166,9 +167,10 @@ class LiveSandboxes:
                     f"restoring sandbox {record.id}: the memory image {image_dir} has no agent "
                     "key (it was made by an older corral); make the image again"
                 )
+            # The record learns its slot in the commit that says it runs (its caller's): a
+            # crash before then leaves a slot no record names, which the restart reaps.
             with phase("slot lease"):
                 slot = await self.network.lease()
-            self.db.sandboxes.update(record.id, slot_index=slot.index)
             key = old_key or self.keys.issue(record.id)
             await self._run(record, rootfs, slot, env, key, image_dir)
             client = await self.agents.connect(record.id, slot, key, verb)
@@ -179,8 +181,6 @@ class LiveSandboxes:
         except BaseException as exc:
             log.error("sandbox %s: %s failed: %s", record.id, verb, exc)
             await self.release_resources(record.id, slot.index if slot else None, slot)
-            with contextlib.suppress(KeyError):
-                self.db.sandboxes.update(record.id, slot_index=None)
             if isinstance(exc, CorralError | asyncio.CancelledError):
                 raise
             raise OperationFailed(f"{verb} sandbox {record.id} failed: {exc}") from exc
