@@ -112,10 +112,13 @@ class ForkService:
                 for child in children:  # their memory holds the parent's placeholders
                     self.secrets.inherit(child.id, source.id)
             self.db.sandboxes.update(sandbox_id, operation=Operation.FORKING)
+            # The children's slots are built while the source is checkpointed.
+            self.live.network.build_ahead(count)
             try:
                 crash_point(self.settings, "fork:before-checkpoint")
                 await self.live.checkpoint(sandbox_id, image, leave_running=True)
             except BaseException as exc:
+                self.live.network.build_ahead(-count)  # no child will lease a slot
                 for child in children:
                     self.db.sandboxes.delete(child.id)
                     if self.secrets is not None:
