@@ -156,7 +156,7 @@ def test_wake_of_a_running_sandbox_answers_it_running(daemon: Daemon) -> None:
 
 
 def test_park_that_might_not_fit_on_disk_is_refused_before_anything_changes(
-    tmp_path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     import secrets
 

@@ -4,9 +4,10 @@ runsc is given ``--overlay2=all:dir=<mount point>``: the copy-on-write layers ov
 read-only template rootfs are backed by files that runsc creates in that directory, and so is the
 sized root the agent moves onto (``bundle.py``, in ``root/``): everything the sandbox writes is
 bounded by the ext4 size and the template is never written. The image is made a little larger than
-the sandbox's disk (``gvisor.disk_headroom_mib``) so that the sized root, exactly the disk, fills
-first. No blocks are reserved for root: the whole disk is the sandbox's. Mounting with ``-o loop``
-lets the kernel free the loop device on unmount (autoclear), so there is no loop device to track.
+the sandbox's disk (``generation.disk_headroom_mib``) so that the sized root, exactly the disk,
+fills first. No blocks are reserved for root: the whole disk is the sandbox's. Mounting with
+``-o loop`` lets the kernel free the loop device on unmount (autoclear), so there is no loop
+device to track.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+
+from corral.timing import phase
 
 from .host_commands import CommandError, run_command
 
@@ -28,6 +31,11 @@ class DiskError(Exception):
 
 async def create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
     """Make a sparse ext4 image of ``size_mib`` MiB and mount it; undo everything on failure."""
+    with phase("disk create"):
+        await _create_disk(image, mount_point, size_mib)
+
+
+async def _create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
     if size_mib < 8:
         raise DiskError(f"disk of {size_mib} MiB is too small (at least 8 MiB)")
     try:
@@ -49,6 +57,11 @@ async def create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
 
 async def remove_disk(image: Path, mount_point: Path) -> None:
     """Unmount (lazily if busy) and delete the disk. Parts already gone are fine."""
+    with phase("disk remove"):
+        await _remove_disk(image, mount_point)
+
+
+async def _remove_disk(image: Path, mount_point: Path) -> None:
     if os.path.ismount(mount_point):
         try:
             await run_command(["umount", str(mount_point)])
