@@ -53,7 +53,7 @@ class Database:
         event.listen(self.engine, "connect", _on_connect)
         self._migrate()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self.sandboxes = SandboxRepository(self._sessions)
+        self.sandboxes = SandboxRepository(self._sessions, self.engine)
         self.api_keys = ApiKeyRepository(self._sessions)
         self.templates = TemplateRepository(self._sessions)
         self.snapshots = SnapshotRepository(self._sessions)
