@@ -12,13 +12,17 @@ Paths (every server and client is its own process, run with ``ip netns exec``):
 - ``in-slot``: the host side reaching a server in a sandbox namespace through its slot (DNAT), as
   the daemon does for a sandbox's port: the path under the inbound proxy;
 - ``inbound``: a client on the host side through the inbound proxy (``api/front.py`` +
-  ``api/inbound.py``, the daemon's own code, with a port token) to that server.
+  ``api/inbound/``, the daemon's own code, with a port token) to that server.
 
 Set-up is the time from connect() to the end of a small answer on a new connection, p50 over
 ``--runs``; throughput is one upload and one download of ``--size`` MiB on a kept-alive
 connection; each path runs ``--rounds`` times, interleaved with the others, and the medians
-are shown. Everything lives in namespaces made here (the lab of tests/integration/network) and
-is removed at the end. Usage: ``.venv/bin/python bench/network.py [--runs 200] [--size 256]``.
+are shown. Beside MiB/s it prints CPU seconds per GiB moved over the transfers: the proxy's own
+(user = Python, sys = the kernel's work for its two connections) and all of the client's, the
+server's and the proxy's together. These hardly move with the host's load, and on two saturated
+cores a proxied path's throughput ratio tends to its CPU ratio. Everything lives in namespaces
+made here (the lab of tests/integration/network) and is removed at the end.
+Usage: ``.venv/bin/python bench/network.py [--runs 200] [--size 256]``.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ while True:
 """
 
 CLIENT = r"""
-import json, socket, sys, time
+import json, os, socket, sys, time
 address, port, host, prefix, token = sys.argv[1:6]
 port, runs, size = int(port), int(sys.argv[6]), int(sys.argv[7])
 extra = "X-Corral-Token: %s\r\n" % token if token != "-" else ""
@@ -149,7 +153,9 @@ down = time.perf_counter() - started
 s.close()
 small.sort()
 mib = size / (1 << 20)
-print(json.dumps({"setup_ms": small[len(small) // 2], "up": mib / up, "down": mib / down}))
+own = os.times()  # over the set-ups and the transfers; the set-ups are a small part
+print(json.dumps({"setup_ms": small[len(small) // 2], "up": mib / up, "down": mib / down,
+                  "client_cpu": own.user + own.system}))
 """
 
 PROXY = r"""
@@ -164,13 +170,12 @@ class Ports:
     # The service side of the daemon, reduced to one open port of one running sandbox.
     def __init__(self, address, port, token):
         self.address, self.port, self.token = address, port, token
-        self.on_close = []
     def check_access(self, sandbox_id, port, token):
         if token != self.token:
             raise Forbidden("wrong token")
     async def resolve_inbound(self, sandbox_id, port):
         return InboundTarget(sandbox_id, self.address, self.port)
-    def activity(self, sandbox_id):
+    def connection(self, sandbox_id, port):
         return contextlib.nullcontext()
 
 async def main():
@@ -230,9 +235,11 @@ async def client(
     runs: int,
     size: int,
     cpu: Callable[[], tuple[float, float]],
+    server_pid: int,
 ) -> dict:
     """One round on one path: the set-ups, then the transfers; ``user``/``sys`` are ``cpu()``'s
-    growth over the transfers alone, in seconds per GiB moved."""
+    (the proxy's) growth over the transfers alone, ``all`` the CPU time of the client, the
+    server and the proxy together, each in seconds per GiB moved."""
     address, port, host, prefix, token = target
     command = ["ip", "netns", "exec", netns, sys.executable, "-c", CLIENT]
     command += [address, str(port), host, prefix, token, str(runs), str(size)]
@@ -241,16 +248,18 @@ async def client(
     )
     assert process.stdout is not None and process.stdin is not None
     said = await process.stdout.readline()
-    before = cpu()
+    before, server_before = cpu(), sum(_cpu_of(server_pid))
     process.stdin.write(b"go\n")
     out, err = await process.communicate()
-    after = cpu()
+    after, server_after = cpu(), sum(_cpu_of(server_pid))
     if process.returncode != 0 or said.strip() != b"set-ups done":
         raise SystemExit(f"client in {netns} failed: {err.decode()[-600:]}")
     figures: dict = json.loads(out)
     gib = 2 * size / (1 << 30)  # one upload and one download
     figures["user"] = (after[0] - before[0]) / gib
     figures["sys"] = (after[1] - before[1]) / gib
+    proxy = sum(after) - sum(before)
+    figures["all"] = (figures.pop("client_cpu") + server_after - server_before + proxy) / gib
     return figures
 
 
@@ -314,9 +323,9 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
                 ):
                     server.close()
             slot_address = lab.plan.layout(2).slot_address
-            processes.start(plain_b, SERVER, "198.18.1.2", str(SERVER_PORT))
-            processes.start(lab.inet_ns, SERVER, WEB, "80")
-            processes.start(lab.sbx(2), SERVER, "0.0.0.0", str(SERVER_PORT))
+            plain_server = processes.start(plain_b, SERVER, "198.18.1.2", str(SERVER_PORT))
+            web_server = processes.start(lab.inet_ns, SERVER, WEB, "80")
+            sandbox_server = processes.start(lab.sbx(2), SERVER, "0.0.0.0", str(SERVER_PORT))
             inbound_pid = processes.start(
                 lab.host_ns, PROXY, str(REPO / "src"), slot_address, str(SERVER_PORT), TOKEN,
                 str(PROXY_PORT),
@@ -331,6 +340,8 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
                 "in-slot": (lab.host_ns, (slot_address, SERVER_PORT, slot_address, "", "-")),
                 "inbound": (lab.host_ns, ("127.0.0.1", PROXY_PORT, "127.0.0.1", in_port, TOKEN)),
             }
+            servers = {"plain": plain_server, "direct": web_server, "filtered": web_server}
+            servers |= {"in-slot": sandbox_server, "inbound": sandbox_server}
             paths = {name: paths[name] for name in (["plain", *only] if only else paths)}
             rounds: dict[str, list[dict]] = {name: [] for name in paths}
             # The proxy's CPU seconds per GiB moved (the egress proxy runs in this process,
@@ -340,11 +351,12 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
             for _ in range(repeats):  # interleaved, so a busy moment hits every path alike
                 for name, (netns, target) in paths.items():
                     cpu = proxy_cpu.get(name, lambda: (0.0, 0.0))
-                    rounds[name].append(await client(netns, target, runs, size, cpu))
+                    figures = await client(netns, target, runs, size, cpu, servers[name])
+                    rounds[name].append(figures)
             for name, measured in rounds.items():
                 results[name] = {
                     key: sorted(m[key] for m in measured)[len(measured) // 2]
-                    for key in ("setup_ms", "up", "down", "user", "sys")
+                    for key in ("setup_ms", "up", "down", "user", "sys", "all")
                 }
         finally:
             processes.stop()
@@ -361,13 +373,14 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
     print(
         f"{'path':9} {'setup p50 ms':>13} {'x plain':>8} {'up MiB/s':>9} {'plain/path':>11}"
         f" {'down MiB/s':>11} {'plain/path':>11} {'proxy s/GiB usr+sys':>20}"
+        f" {'all s/GiB':>10}"
     )
     for name, figures in results.items():
         print(
             f"{name:9} {figures['setup_ms']:13.3f} {figures['setup_ms'] / plain['setup_ms']:8.2f}"
             f" {figures['up']:9.0f} {plain['up'] / figures['up']:11.2f}"
             f" {figures['down']:11.0f} {plain['down'] / figures['down']:11.2f}"
-            f" {figures['user']:11.2f}+{figures['sys']:.2f}"
+            f" {figures['user']:11.2f}+{figures['sys']:.2f} {figures['all']:10.2f}"
         )
 
     def goal(text: str, met: bool) -> None:
@@ -376,6 +389,8 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
     added = results["filtered"]["setup_ms"] - results["direct"]["setup_ms"]
     goal(f"host-name filtering adds {added:.3f} ms to set-up (< 1 ms)", added < 1.0)
     for name, base in (("filtered", "direct"), ("inbound", "in-slot")):
+        cpu = results[name]["all"] / results[base]["all"]
+        print(f"{name} takes {cpu:.2f}x the CPU time per GiB of {base} (client, server, proxy)")
         for way in ("up", "down"):
             ratio = results[base][way] / results[name][way]
             goal(f"{name} {way}load within 1.5x of {base}: {ratio:.2f}x", ratio <= 1.5)

@@ -1,6 +1,7 @@
 """Run every bench with modest sizes and rewrite the "last run" part of bench/README.md.
 
     .venv/bin/python bench/report.py [--quick] [--only NAME ...] [--no-write]
+    .venv/bin/python bench/report.py --only NAME --args "ARGS" --section KEY [--timeout S]
 
 Each bench runs as its own process, one after the other; its printed tables go into the README
 as they are, with the goal lines of all benches gathered at the top, the date, the commit, the
@@ -8,6 +9,10 @@ host and its load average (the machine may be shared: a high load weighs on ever
 raw and corral alike since each bench takes its baselines in the same run). ``--quick`` uses tiny
 sizes (to check that the benches work, not to quote). A bench that fails is reported as failed
 with the end of its error output; the others still run.
+
+The second form runs one bench with other sizes (e.g. ``--only density --args "--count 300"``)
+and writes its figures into a section of their own, between ``<!-- KEY:begin -->`` and
+``<!-- KEY:end -->`` (added above the last run the first time), leaving the last run alone.
 """
 
 from __future__ import annotations
@@ -113,18 +118,31 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check, don't quote")
     parser.add_argument("--only", nargs="*", choices=list(BENCHES), help="run only these")
     parser.add_argument("--no-write", action="store_true", help="print, leave README.md alone")
+    parser.add_argument("--args", help="the bench's arguments instead of its defaults (one bench)")
+    parser.add_argument("--section", help="write into the README section KEY, not the last run")
+    parser.add_argument("--timeout", type=int, help="seconds, instead of the bench's default")
     args = parser.parse_args()
     names = args.only or list(BENCHES)
+    if (args.args is not None or args.section) and len(names) != 1:
+        parser.error("--args and --section take exactly one bench (--only NAME)")
+    if args.section and not re.fullmatch(r"[a-z0-9-]+", args.section):
+        parser.error("--section: lowercase letters, digits and dashes")
     started = datetime.now(UTC)
     load_at_start = load()
     sections, goals = [], []
     for name in names:
         default, quick, timeout = BENCHES[name]
-        section, goal_lines = run_bench(name, quick if args.quick else default, timeout)
+        chosen = quick if args.quick else default
+        if args.args is not None:
+            chosen = args.args.split()
+        section, goal_lines = run_bench(name, chosen, args.timeout or timeout)
         sections.append(section)
         if goal_lines:
             goals.append(goal_lines)
     minutes = (datetime.now(UTC) - started).total_seconds() / 60
+    if args.section:
+        write_section(args.section, started, load_at_start, minutes, sections[0], args.no_write)
+        return
     sizes = (
         "QUICK sizes (a check that the benches work; not figures to quote)"
         if args.quick
@@ -156,6 +174,37 @@ def main() -> None:
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
     README.write_text(pattern.sub(lambda _m: text, current, count=1))
     print(f"wrote {README}", file=sys.stderr)
+
+
+def write_section(
+    key: str, started: datetime, load_at_start: str, minutes: float, body: str, dry: bool
+) -> None:
+    """One bench's run with sizes of its own, in the README section ``key``."""
+    begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
+    name = body.removeprefix("### ").split("\n", 1)[0]
+    body = body.replace(f"### {name}", f"## {name} ({key})", 1)
+    text = "\n".join(
+        [
+            begin,
+            body.rstrip() + "\n",
+            f"Run at {started:%Y-%m-%d %H:%M} UTC for {minutes:.1f} min; commit {commit()}; host"
+            f" {host_line()}; load average at the start {load_at_start}, at the end {load()}.",
+            end,
+        ]
+    )
+    if dry:
+        print(text)
+        return
+    current = README.read_text()
+    if begin in current and end in current:
+        pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
+        current = pattern.sub(lambda _m: text, current, count=1)
+    elif BEGIN in current:
+        current = current.replace(BEGIN, f"{text}\n\n{BEGIN}", 1)
+    else:
+        current = current.rstrip() + f"\n\n{text}\n"
+    README.write_text(current)
+    print(f"wrote the {key} section of {README}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,7 @@ def free_subnet() -> str:
 
 def free_link_addresses() -> tuple[str, str]:
     """The two addresses of a /30 inside a free subnet, for a test's own veth pair."""
-    network = ipaddress.ip_network(free_subnet())
-    block = next(network.subnets(new_prefix=30), None)
-    assert block is not None
+    network = ipaddress.IPv4Network(free_subnet())
+    block = next(network.subnets(new_prefix=30))
     host, peer = list(block.hosts())
     return str(host), str(peer)

@@ -63,14 +63,30 @@ class Daemon:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+# Opens argv[1] descriptors (inheritable, on /dev/null), then becomes the program in argv[2:].
+HOLD_FDS = """
+import os, resource, sys
+count = int(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if soft < count + 4096:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 8192), hard))
+for _ in range(count):
+    os.set_inheritable(os.open("/dev/null", os.O_RDONLY), True)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
 def start_daemon(
     data_dir: Path,
     prefix: str,
     subnet: str | None = None,
     port: int | None = None,
     extra_env: Mapping[str, str] | None = None,
+    held_fds: int = 0,
 ) -> Daemon:
-    """`extra_env` adds to the daemon's environment (e.g. the crash hook ``CORRAL_CRASH_AT``)."""
+    """`extra_env` adds to the daemon's environment (e.g. the crash hook ``CORRAL_CRASH_AT``);
+    with `held_fds` the daemon starts with that many descriptors open already (as if it held
+    hundreds of sandboxes), so every descriptor it opens is numbered above them."""
     port = port or free_port()
     subnet = subnet or free_subnet()
     log_path = data_dir.parent / f"{data_dir.name}.log"
@@ -84,9 +100,12 @@ def start_daemon(
         "CORRAL_MEMORY_MIB": "12288",
         **(extra_env or {}),
     }
+    command = [CORRAL, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"]
+    if held_fds:
+        command = [sys.executable, "-c", HOLD_FDS, str(held_fds), *command]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [CORRAL, "serve", "--data-dir", str(data_dir), "--listen", f"127.0.0.1:{port}"],
+            command,
             stdout=log,
             stderr=log,
             env=env,
@@ -159,12 +178,13 @@ def running_daemon(
     prefix: str,
     subnet: str | None = None,
     extra_env: Mapping[str, str] | None = None,
+    held_fds: int = 0,
 ) -> Iterator[Daemon]:
     """A test's private daemon: started, yielded, stopped with its sandboxes killed, and checked
     to have left no namespace or nft table behind (removed either way)."""
     if not (IMAGES_DIR / "base" / "image.json").exists():
         raise RuntimeError(f"the base image is missing from {IMAGES_DIR}: run ./scripts/setup")
-    daemon = start_daemon(data_dir, prefix, subnet=subnet, extra_env=extra_env)
+    daemon = start_daemon(data_dir, prefix, subnet=subnet, extra_env=extra_env, held_fds=held_fds)
     try:
         yield daemon
     finally:

@@ -53,7 +53,7 @@ class Handler(BaseHTTPRequestHandler):
         tls = isinstance(self.connection, ssl.SSLSocket)
         scheme = "https" if tls else "http"
         host = self.headers.get("Host", "")
-        address = str(self.server.server_address[0])
+        address = str(self.connection.getsockname()[0])
         entry: dict[str, object] = {
             "server": address,
             "tls": tls,
@@ -145,8 +145,8 @@ def main() -> None:
         servers.append(socketserver.ThreadingTCPServer((address, int(port)), Echo))
     dns_address = str(CONFIG["dns"])
     servers.append(socketserver.ThreadingTCPServer((dns_address, 53), DnsTcp))
-    for server in servers:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+    for each in servers:
+        threading.Thread(target=each.serve_forever, daemon=True).start()
     threading.Thread(target=serve_udp, args=(dns_address,), daemon=True).start()
     print("ready", flush=True)
     sys.stdin.read()  # until the test closes our stdin (or kills us)

@@ -22,6 +22,7 @@ from corral import Sandbox
 from corral.sdk.code import OutputMessage
 from corral.sdk.errors import Conflict, CorralError, InvalidRequest, NotFound
 from tests.e2e.conftest import CORRAL, BackgroundBuilds, Daemon
+from tests.mcp_text import first_text
 
 TEMPLATE = "ci"
 pytestmark = pytest.mark.e2e
@@ -249,7 +250,7 @@ async def test_mcp_run_code_keeps_state_and_returns_plots_as_images(
         await session.initialize()
         first = await session.call_tool("run_code", {"code": "total = 40"})
         second = await session.call_tool("run_code", {"code": "total + 2"})
-        answer = json.loads(second.content[0].text)
+        answer = json.loads(first_text(second))
         assert answer["results"] == ["42"] and answer["error"] is None
         plot = await session.call_tool(
             "run_code",
@@ -263,6 +264,6 @@ async def test_mcp_run_code_keeps_state_and_returns_plots_as_images(
         assert len(images) == 1 and images[0].mime_type == "image/png"
         assert _png_size(images[0].data) == (200, 100)
         failed = await session.call_tool("run_code", {"code": "undefined_name"})
-        assert json.loads(failed.content[0].text)["error"]["name"] == "NameError"
-        sandbox_id = json.loads(first.content[0].text)["sandbox_id"]
+        assert json.loads(first_text(failed))["error"]["name"] == "NameError"
+        sandbox_id = json.loads(first_text(first))["sandbox_id"]
         await session.call_tool("kill_sandbox", {"sandbox_id": sandbox_id})

@@ -436,9 +436,8 @@ def test_a_sandbox_page_on_a_path_route_cannot_use_the_console_session(
     # the console's page keeps alive stays the API's, see api/front.py).
     browser = page.context.browser
     assert browser is not None
-    victim = browser.new_context()
+    victim = browser.new_context(storage_state=page.context.storage_state())
     try:
-        victim.add_cookies(page.context.cookies())
         tab = victim.new_page()
         tab.goto(path_url)
         expect(tab).to_have_title(re.compile(r"^(blocked|stolen):"))

@@ -8,6 +8,7 @@ runs its own daemon, crashes it, and restarts it without the hook on the same da
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import secrets
@@ -25,7 +26,13 @@ from tests.e2e.conftest import (
     start_daemon,
     stop_daemon,
 )
-from tests.e2e.workloads import assert_counting, is_running, read_count, start_counter
+from tests.e2e.workloads import (
+    assert_counting,
+    is_running,
+    read_count,
+    start_counter,
+    wait_until,
+)
 
 STEPS = [
     "park:before-checkpoint",
@@ -145,5 +152,61 @@ def test_daemon_killed_mid_action_restarts_in_a_true_state(step: str, tmp_path: 
                     child.kill()
     finally:
         stop_daemon(daemon)
+        left = force_cleanup(data, prefix)
+        assert not left, f"left behind: {left}\n{daemon.log()[-3000:]}"
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer/corral")
+
+
+def freezer_states(sandbox_id: str) -> list[str]:
+    """The cgroup v1 freezer state of each of the sandbox's containers on the host."""
+    return [
+        (path / "freezer.state").read_text().strip()
+        for path in sorted(FREEZER.glob(f"{sandbox_id}-*"))
+        if (path / "freezer.state").exists()
+    ]
+
+
+def thaw_on_host(sandbox_id: str) -> None:
+    """A frozen container cannot be deleted, even by SIGKILL (cgroup v1): thaw what a failed case
+    left, before ``force_cleanup``."""
+    for path in FREEZER.glob(f"{sandbox_id}-*"):
+        with contextlib.suppress(OSError):
+            (path / "freezer.state").write_text("THAWED")
+
+
+def test_a_sandbox_frozen_when_the_daemon_was_killed_runs_after_a_restart(tmp_path: Path) -> None:
+    prefix = "ck" + secrets.token_hex(2)
+    subnet = free_subnet()
+    data = tmp_path / "data"
+    daemon = start_daemon(data, prefix, subnet, extra_env={"CORRAL_FREEZE_IDLE_SECONDS": "1"})
+    sandbox_id = ""
+    try:
+        with Client(daemon.url, daemon.key) as client:
+            sbx = client.create_sandbox(memory_mib=256)
+            sandbox_id = sbx.id
+            counter = start_counter(sbx)
+            sbx.files.write("/root/kept.txt", "frozen through the crash")
+            before = read_count(sbx)
+            wait_until(lambda: sbx.info().frozen, timeout=60, what="it to freeze")
+        daemon.process.kill()
+        daemon.process.wait(15)
+        assert freezer_states(sbx.id) == ["FROZEN"]  # the dead daemon left it frozen
+
+        daemon = start_daemon(data, prefix, subnet)
+        with Client(daemon.url, daemon.key) as client:
+            again: Sandbox = client.sandbox(sbx.id)
+            info = again.info()
+            assert (info.state, info.frozen) == ("running", False)
+            assert again.exec("echo back").stdout == "back\n"
+            assert again.files.read("/root/kept.txt") == b"frozen through the crash"
+            assert is_running(again, counter)
+            assert_counting(again, before)  # resumed where it was, not restarted
+            assert freezer_states(sbx.id) == ["THAWED"]
+    finally:
+        stop_daemon(daemon)
+        if sandbox_id:
+            thaw_on_host(sandbox_id)
         left = force_cleanup(data, prefix)
         assert not left, f"left behind: {left}\n{daemon.log()[-3000:]}"

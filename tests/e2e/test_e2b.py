@@ -495,7 +495,7 @@ def test_domain_traffic_token_and_other_ports(daemon: Daemon, sbx: Sandbox) -> N
     traffic = sbx.traffic_access_token or ""
     assert re.fullmatch(r"[0-9a-f]{64}", traffic)
     envd_token = Sandbox.connect(sbx.sandbox_id)._envd_access_token
-    assert traffic != envd_token
+    assert envd_token and traffic != envd_token
     # A server on port 8000 of the sandbox, reached as the E2B SDKs address ports.
     sbx.files.write("/tmp/site/hello.txt", "served from the sandbox")
     sbx.commands.run("cd /tmp/site && exec python3 -m http.server 8000", background=True)

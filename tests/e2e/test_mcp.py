@@ -17,6 +17,8 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.mcp_text import first_text
+
 from .conftest import CORRAL, Daemon
 
 pytestmark = pytest.mark.e2e
@@ -105,7 +107,7 @@ async def every_tool(session: ClientSession, daemon: Daemon) -> list[str]:
 
     written = payload(await call("write_file", {"path": "/work/notes.txt", "content": "héllo"}))
     assert written["size"] == len("héllo".encode())
-    assert (await call("read_file", {"path": "/work/notes.txt"})).content[0].text == "héllo"
+    assert first_text(await call("read_file", {"path": "/work/notes.txt"})) == "héllo"
     raw = payload(await call("read_file_base64", {"path": "/work/notes.txt"}))
     assert base64.b64decode(raw["base64"]) == "héllo".encode()
     listed = payload(await call("list_files", {"path": "/work"}))
@@ -137,9 +139,8 @@ async def every_tool(session: ClientSession, daemon: Daemon) -> list[str]:
 
     forked = payload(await call("fork_sandbox", {"sandbox_id": default, "count": 1}))
     (fork,) = forked["forks"]
-    assert (await call("read_file", {"path": "/work/notes.txt", "sandbox_id": fork})).content[
-        0
-    ].text == "héllo"
+    read = await call("read_file", {"path": "/work/notes.txt", "sandbox_id": fork})
+    assert first_text(read) == "héllo"
     snap = payload(await call("snapshot_sandbox", {"name": f"mcp-{fork}", "sandbox_id": fork}))
     assert snap["name"] == f"mcp-{fork}"
 

@@ -4,6 +4,7 @@ the reservation freed while parked, and nothing lost over repeated cycles."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -98,7 +99,7 @@ def test_wake_of_a_running_sandbox_answers_it_running(daemon: Daemon) -> None:
 
 
 def test_park_that_might_not_fit_on_disk_is_refused_before_anything_changes(
-    tmp_path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
 ) -> None:
     import secrets
 

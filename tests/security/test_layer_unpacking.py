@@ -451,5 +451,5 @@ async def test_credentials_reach_skopeo_in_an_authfile_not_its_argv(
     assert not Path((record / "path").read_text().strip()).parent.exists()  # removed after
     insecure = parse_source("registry:127.0.0.1:5999/corral/x:v1", insecure=True)
     await fetch(insecure, work / "layout2", logged.append)
-    argv = (record / "argv").read_text().split()
-    assert "--src-tls-verify=false" in argv and "--src-no-creds" in argv
+    args = (record / "argv").read_text().split()
+    assert "--src-tls-verify=false" in args and "--src-no-creds" in args

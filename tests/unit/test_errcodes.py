@@ -22,19 +22,23 @@ from corral.errcodes import CODES, code_for_status, status_of
 from corral.runtime.agent_client import AgentError
 from corral.sdk.testing import FakeDaemon
 from corral.service import errors as service_errors
-from corral.service.sandboxes.live import AGENT_CODES, translate_agent_error
+from corral.service.sandboxes.agents import AGENT_CODES, translate_agent_error
 from tests.unit.conftest import Harness
+
+
+def _service_error_classes() -> list[type[service_errors.CorralError]]:
+    """Every error class the service defines, its base included."""
+    return [
+        cls
+        for cls in vars(service_errors).values()
+        if isinstance(cls, type) and issubclass(cls, service_errors.CorralError)
+    ]
 
 
 def _service_error(code: str, message: str) -> service_errors.CorralError:
     """The service's own class for ``code`` where it has one, else its base with the code."""
-    for cls in vars(service_errors).values():
-        if (
-            isinstance(cls, type)
-            and issubclass(cls, service_errors.CorralError)
-            and cls is not service_errors.CorralError
-            and cls.code == code
-        ):
+    for cls in _service_error_classes():
+        if cls is not service_errors.CorralError and cls.code == code:
             return cls(message)
     return service_errors.CorralError(message, code=code)
 
@@ -84,9 +88,8 @@ async def test_the_api_body_is_code_and_message_with_the_tables_status() -> None
 
 
 def test_every_service_error_class_has_a_code_in_the_table() -> None:
-    for cls in vars(service_errors).values():
-        if isinstance(cls, type) and issubclass(cls, service_errors.CorralError):
-            assert cls.code in CODES, cls
+    for cls in _service_error_classes():
+        assert cls.code in CODES, cls
 
 
 def _agent_raised_codes() -> set[tuple[int, str]]:

@@ -71,7 +71,7 @@ SERVICE_LAYERS: list[set[str]] = [
 
 # Imports that cross a layer on purpose, each with its reason (keep this short).
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("api/inbound.py", "corral.network"): (  # from corral.network import splice
+    ("api/inbound/link.py", "corral.network"): (  # from corral.network import splice
         "the inbound proxy moves its own connections' bytes with splice(2); no sandbox control"
     ),
     # MCP's HTTP transport is mounted in the daemon: it checks the caller's key and names it in

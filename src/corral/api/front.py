@@ -4,7 +4,7 @@ uvicorn accepts the connections and builds this protocol for each (``uvicorn.Con
 takes a protocol class). It reads the connection's first request head, at most ``max_head`` bytes
 (431 past it) within ``head_timeout`` seconds, and then
 
-- hands the connection to the inbound proxy (``api/inbound.py``) when the head is addressed to a
+- hands the connection to the inbound proxy (``api/inbound/``) when the head is addressed to a
   sandbox's port (``/sandboxes/ID/ports/PORT/...`` or ``Host: PORT-ID.<domain>``), so proxied
   bytes never pass through ASGI;
 - otherwise gives the transport, and the bytes read so far, to uvicorn's own HTTP protocol

@@ -24,6 +24,7 @@ from corral.e2b.errors import files_error_of, gone_message
 from corral.e2b.multipart import read_parts
 from corral.e2b.tokens import AccessTokens
 from corral.service.errors import CorralError, InvalidRequest, Unauthorized
+from corral.service.model import SandboxState
 from corral.service.workspace import Workspace
 
 
@@ -62,7 +63,10 @@ def authorised_sandbox(request: Request, operation: str, path: str) -> str:
     candidates = (
         [sandbox_id]
         if sandbox_id
-        else [r.id for r in _ws(request).sandboxes.list(states=["running", "parked"])]
+        else [
+            r.id
+            for r in _ws(request).sandboxes.list(states=[SandboxState.RUNNING, SandboxState.PARKED])
+        ]
     )
     for candidate in candidates:
         if tokens.check_signature(
@@ -152,7 +156,7 @@ async def health(request: Request) -> Response:
         record = _ws(request).sandboxes.get(sandbox_id)
     except CorralError as exc:
         return files_error_of(sandbox_id, exc)
-    if record.state != "running":
+    if record.state != SandboxState.RUNNING:
         message = gone_message(sandbox_id, f"it is {record.state}")
         return JSONResponse({"code": 502, "message": message}, status_code=502)
     return Response(status_code=204)

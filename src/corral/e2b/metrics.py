@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from corral.e2b.rest import find, guarded, iso, require_api_key, workspace_of
 from corral.service.errors import InvalidRequest
 from corral.service.metrics import SandboxMetrics
+from corral.service.model import SandboxState
 
 router = APIRouter(tags=["e2b"], dependencies=[Depends(require_api_key)], include_in_schema=False)
 MAX_IDS = 100
@@ -45,7 +46,7 @@ async def metrics_of_many(request: Request) -> Response:
             raise InvalidRequest(f"ask for at most {MAX_IDS} sandboxes at once")
         found: dict[str, Any] = {}
         for sandbox_id in ids:
-            if find(ws, sandbox_id).state == "running":
+            if find(ws, sandbox_id).state == SandboxState.RUNNING:
                 found[sandbox_id] = metric_body(await ws.metrics.sample(sandbox_id))
         return JSONResponse({"sandboxes": found})
 
@@ -56,7 +57,7 @@ async def metrics_of_many(request: Request) -> Response:
 async def metrics_of_one(sandbox_id: str, request: Request) -> Response:
     async def run() -> Response:
         ws = workspace_of(request)
-        if find(ws, sandbox_id).state != "running":
+        if find(ws, sandbox_id).state != SandboxState.RUNNING:
             return JSONResponse([])
         return JSONResponse([metric_body(await ws.metrics.sample(sandbox_id))])
 

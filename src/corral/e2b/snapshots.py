@@ -24,6 +24,7 @@ from corral.e2b.rest import (
     workspace_of,
 )
 from corral.service.errors import InvalidRequest
+from corral.service.model import SandboxState
 
 router = APIRouter(tags=["e2b"], dependencies=[Depends(require_api_key)], include_in_schema=False)
 
@@ -59,7 +60,7 @@ async def snapshot_sandbox(sandbox_id: str, request: Request) -> Response:
         name = body.get("name") or f"snap-{secrets.token_hex(6)}"
         if not isinstance(name, str):
             raise InvalidRequest("'name' must be a string")
-        if ws.sandboxes.get(sandbox_id).state == "parked":
+        if ws.sandboxes.get(sandbox_id).state == SandboxState.PARKED:
             await ws.lifecycle.wake(sandbox_id)
         record = await ws.snapshots.take(sandbox_id, name, fs_only=body.get("memory") is False)
         return JSONResponse(snapshot_body(record.name), status_code=201)

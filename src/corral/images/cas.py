@@ -186,7 +186,13 @@ class ContentStore:
         prebuilt: ImageStore,
         mounter: Mounter | None = None,
         limits: LayerLimits | None = None,
+        mount_points: Iterable[tuple[str, bool]] = (),
     ) -> None:
+        """``mount_points``: paths (and whether each is a dir) that the runtime bind-mounts into
+        every sandbox. runsc makes a bind mount's mount point in the root on the host, which a
+        read-only view refuses; so every view gets a small top layer (the *stub*) that holds
+        them, empty."""
+        self.mount_points = tuple(sorted(mount_points))
         self.root = root
         self.prebuilt = prebuilt
         self.mounter: Mounter = mounter or OverlayMounter()
@@ -300,15 +306,8 @@ class ContentStore:
             return []
         return sorted("sha256:" + p.stem for p in self.images_dir.glob("*.json"))
 
-    def set_mount_points(self, points: Iterable[tuple[str, bool]]) -> None:
-        """Paths (and whether each is a dir) that the runtime bind-mounts into every sandbox.
-
-        runsc makes a bind mount's mount point in the root on the host, which a read-only view
-        refuses; so every view gets a small top layer (the *stub*) that holds them, empty."""
-        self._mount_points = tuple(sorted(points))
-
     def _stub(self) -> str | None:
-        points = getattr(self, "_mount_points", ())
+        points = self.mount_points
         if not points:
             return None
         key = hashlib.sha256(json.dumps(points).encode()).hexdigest()[:16]

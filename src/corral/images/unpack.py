@@ -21,28 +21,26 @@ followed. What that means for each kind of member:
 - OCI whiteouts (``.wh.NAME``, ``.wh..wh..opq``) become overlayfs ones (a 0/0 character device,
   the ``trusted.overlay.opaque`` xattr) in the member's resolved parent.
 
-In the same pass the blob is verified: the sha256 of the compressed bytes must be the manifest's
-layer digest and the sha256 of the uncompressed tar the config's diff id, and the uncompressed
-size and the member count are bounded (``LayerLimits``). On any failure the layer dir is removed.
+In the same pass the blob is verified (``layer_blob.py``): the sha256 of the compressed bytes
+must be the manifest's layer digest and the sha256 of the uncompressed tar the config's diff id,
+and the uncompressed size and the member count are bounded (``LayerLimits``). On any failure the
+layer dir is removed.
 """
 
 from __future__ import annotations
 
-import bz2
 import contextlib
 import ctypes
 import errno
-import gzip
-import hashlib
-import lzma
 import os
 import shutil
 import stat
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
+from corral.images.layer_blob import CHUNK, Digesting, decompressor
 from corral.images.oci import ImageImportError
 
 __all__ = ["LayerLimits", "UnpackedLayer", "unpack_layer"]
@@ -53,7 +51,6 @@ _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
 _RESOLVE = _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS | _RESOLVE_NO_XDEV
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_CHUNK = 1 << 20
 _OPAQUE_XATTR = "trusted.overlay.opaque"
 _WHITEOUT = ".wh."
 _OPAQUE = ".wh..wh..opq"
@@ -102,48 +99,6 @@ def _openat2(root_fd: int, path: str, flags: int) -> int:
             raise ImageImportError("unpacking layers needs openat2 (Linux 5.6 or newer)")
         raise OSError(err, os.strerror(err), path)
     return fd
-
-
-class _Digesting:
-    """A read-only stream that hashes what passes through it and stops past ``limit`` bytes."""
-
-    def __init__(self, raw: IO[bytes], limit: int | None = None, what: str = "") -> None:
-        self.raw = raw
-        self.hash = hashlib.sha256()
-        self.count = 0
-        self.limit = limit
-        self.what = what
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self.count += len(data)
-        if self.limit is not None and self.count > self.limit:
-            raise ImageImportError(self.what)
-        self.hash.update(data)
-        return data
-
-    def drain(self) -> None:
-        while self.read(_CHUNK):
-            pass
-
-    def digest(self) -> str:
-        return "sha256:" + self.hash.hexdigest()
-
-
-def _decompressor(digesting: _Digesting, head: bytes, label: str) -> IO[bytes]:
-    stream = cast(IO[bytes], digesting)
-    if head.startswith(b"\x1f\x8b"):
-        return cast(IO[bytes], gzip.GzipFile(fileobj=stream, mode="rb"))
-    if head.startswith(b"BZh"):
-        return cast(IO[bytes], bz2.BZ2File(stream))
-    if head.startswith(b"\xfd7zXZ\x00"):
-        return cast(IO[bytes], lzma.LZMAFile(stream))
-    if head.startswith(b"\x28\xb5\x2f\xfd"):
-        raise ImageImportError(
-            f"unpacking layer {label}: zstd-compressed layers are not supported; "
-            "re-push the image with gzip layers"
-        )
-    return stream
 
 
 def _parts(name: str, what: str) -> list[str]:
@@ -291,7 +246,7 @@ class _Unpacker:
         with open(fd, "wb", closefd=True) as out:
             src = archive.extractfile(member)
             assert src is not None
-            shutil.copyfileobj(src, out, _CHUNK)
+            shutil.copyfileobj(src, out, CHUNK)
             out.flush()
             _set_meta(fd, member)
         self.size += member.size
@@ -354,13 +309,13 @@ def unpack_layer(
             with open(blob, "rb") as raw:
                 head = raw.read(8)
                 raw.seek(0)
-                compressed = _Digesting(raw)
+                compressed = Digesting(raw)
                 too_big = (
                     f"unpacking layer {label}: it unpacks to more than {limits.max_bytes} bytes "
                     "(the per-layer size limit)"
                 )
-                tar = _decompressor(compressed, head, label)
-                plain = _Digesting(tar, limits.max_bytes, too_big)
+                tar = decompressor(compressed, head, label)
+                plain = Digesting(tar, limits.max_bytes, too_big)
                 _unpack_members(plain, unpacker, label)
                 plain.drain()  # the tar's end blocks belong to the diff id too
                 compressed.drain()
@@ -383,7 +338,7 @@ def unpack_layer(
     return UnpackedLayer(dest, diff_id, unpacker.members, unpacker.size, unpacker.skipped_devices)
 
 
-def _unpack_members(stream: _Digesting, unpacker: _Unpacker, label: str) -> None:
+def _unpack_members(stream: Digesting, unpacker: _Unpacker, label: str) -> None:
     member: tarfile.TarInfo | None = None
     try:
         with tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[call-overload]

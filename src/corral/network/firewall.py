@@ -26,6 +26,8 @@ else. New connections of other users are rejected at once (TCP reset, ICMP other
 A ruleset is committed as one libnftables transaction that first removes the table and then
 redefines it: it applies completely or not at all, and committing it twice is harmless. The
 functions act on the network namespace of the calling thread; the caller enters the right one.
+libnftables itself runs in a worker process (``nft_client``), never in the daemon: it waits on
+its netlink socket with ``select()``, which aborts a process holding more than 1,024 descriptors.
 
 Syntax note (nft 1.0.6, DESIGN.md): chains are written multi-line and ``fwd``/``egress`` are
 reserved words, so no chain is named after them.
@@ -36,11 +38,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import threading
 from dataclasses import dataclass
 
-import nftables
-
+from corral.network import nft_client
 from corral.network.base import CONTROL_PORT, INNER_ADDRESS, INNER_GATEWAY, NetworkFailure, Traffic
 
 __all__ = [
@@ -66,7 +66,8 @@ _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}\*?$")
 
 
 class FirewallError(NetworkFailure):
-    """libnftables refused a ruleset or command; the message carries nft's own error text."""
+    """libnftables refused a ruleset or command (the message carries nft's own error text), or
+    its worker process failed."""
 
 
 @dataclass(frozen=True)
@@ -215,9 +216,7 @@ def read_traffic(table: str) -> Traffic | None:
     """The slot table's traffic counters in the calling thread's namespace; None when the table
     has none (no table, or one made by an older corral that did not count)."""
     _check_name(table)
-    nft = _nft()
-    nft.set_json_output(True)
-    rc, output, _ = nft.cmd(f"list counters table inet {table}")
+    rc, output, _ = _cmd(f"list counters table inet {table}", "reading counters", json_output=True)
     if rc != 0:
         return None
     found: dict[str, tuple[int, int]] = {}
@@ -234,7 +233,7 @@ def read_traffic(table: str) -> Traffic | None:
 def has_table(table: str) -> bool:
     """Whether the ``inet`` table exists in the calling thread's namespace."""
     _check_name(table)
-    rc, _, _ = _nft().cmd(f"list table inet {table}")
+    rc, _, _ = _cmd(f"list table inet {table}", f"looking up table {table}")
     return bool(rc == 0)
 
 
@@ -253,27 +252,16 @@ def _replace_table(table: str, body: str) -> str:
 
 
 def _run(commands: str, context: str) -> None:
-    holder = [_nft()]
-    rc, _, error = holder[0].cmd(commands)
-    _free_in_background(holder)
+    rc, _, error = _cmd(commands, context)
     if rc != 0:
         raise FirewallError(f"{context}: {error.strip() or f'nft exited with {rc}'}")
 
 
-def _free_in_background(holder: list[nftables.Nftables]) -> None:
-    # Freeing a context that committed closes its netlink socket, and that close waits for the
-    # kernel's deferred transaction cleanup (an RCU grace period: 5-12 ms measured here). The
-    # rules are in force already, so a short-lived thread takes the only reference and frees it.
-    threading.Thread(target=holder.clear, name="corral-nft-free", daemon=True).start()
-
-
-def _nft() -> nftables.Nftables:
-    # A context per call: libnftables binds its netlink socket to the namespace it was made in,
-    # and callers switch namespaces between calls.
+def _cmd(commands: str, context: str, *, json_output: bool = False) -> tuple[int, str, str]:
     try:
-        return nftables.Nftables()
-    except OSError as exc:
-        raise FirewallError(f"loading libnftables: {exc}") from exc
+        return nft_client.run(commands, json_output=json_output)
+    except nft_client.NftWorkerError as exc:
+        raise FirewallError(f"{context}: {exc}") from exc
 
 
 def _check_name(name: str) -> None:

@@ -27,8 +27,9 @@ from corral.network import egress, slot_plan, slots
 from corral.network.base import INNER_GATEWAY, Slot
 from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress
+from corral.network.egress_decision import ServiceRouter
 from corral.network.policy import EgressPolicy, ProjectService
-from corral.network.proxy import EgressProxy, ServiceRouter
+from corral.network.proxy import EgressProxy
 from corral.network.resolver import SandboxResolver
 from corral.network.sandbox_egress import SandboxEgress
 

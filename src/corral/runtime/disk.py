@@ -4,9 +4,10 @@ runsc is given ``--overlay2=all:dir=<mount point>``: the copy-on-write layers ov
 read-only template rootfs are backed by files that runsc creates in that directory, and so is the
 sized root the agent moves onto (``bundle.py``, in ``root/``): everything the sandbox writes is
 bounded by the ext4 size and the template is never written. The image is made a little larger than
-the sandbox's disk (``gvisor.disk_headroom_mib``) so that the sized root, exactly the disk, fills
-first. No blocks are reserved for root: the whole disk is the sandbox's. Mounting with ``-o loop``
-lets the kernel free the loop device on unmount (autoclear), so there is no loop device to track.
+the sandbox's disk (``generation.disk_headroom_mib``) so that the sized root, exactly the disk,
+fills first. No blocks are reserved for root: the whole disk is the sandbox's. Mounting with
+``-o loop`` lets the kernel free the loop device on unmount (autoclear), so there is no loop
+device to track.
 """
 
 from __future__ import annotations

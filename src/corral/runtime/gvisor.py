@@ -3,8 +3,10 @@
 One sandbox = one runsc container at a time (a new one, a new *generation*, after every restore), a
 loop-mounted ext4 disk backing gVisor's root overlay and the sized root the agent moves onto (so
 ``df /`` shows the disk), and cgroups made by runsc from the OCI spec. Host layout and the state
-record: ``layout.py``; spec rendering: ``bundle.py``; the disk: ``disk.py``; the bounded console
-log: ``console.py``; the runsc command line: ``runsc.py``; agent injection: ``inject.py``.
+record: ``layout.py``; making and dropping one generation (disk, sized root, ``/tmp``, cpuset,
+config, run or restore) and the layout markers of checkpoint images: ``generation.py``; spec
+rendering: ``bundle.py``; the disk: ``disk.py``; the bounded console log: ``console.py``; the
+runsc command line: ``runsc.py``; agent injection: ``inject.py``.
 
 Locking: none inside. The service serializes calls for one sandbox; calls for different sandboxes
 touch disjoint files (runsc locks its own state).
@@ -18,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import math
 import os
 import shutil
 from collections.abc import Awaitable, Callable
@@ -26,14 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec, Usage
-from .bundle import DiskRoot, render_config, write_config
 from .cgroups import SandboxCgroups
-from .console import ConsoleError, mount_console, trim_console, unmount_console
-from .disk import DiskError, create_disk, disk_used_mib, remove_disk
+from .console import ConsoleError, trim_console, unmount_console
+from .disk import DiskError, disk_used_mib, remove_disk
+from .generation import Generations, mark_image
 from .host_commands import CommandError
 from .layout import SandboxPaths, SandboxRecord, is_container_of, valid_sandbox_id
 from .reaper import become_subreaper, reap_adopted_zombies
-from .runsc import NetworkMode, RunscError, RunscOptions, RunscRunner
+from .runsc import RunscError, RunscOptions, RunscRunner
 
 __all__ = ["GVisorRuntime"]
 
@@ -46,13 +47,6 @@ _STATUS = {
 Undo = Callable[[], Awaitable[None]]
 RunscAction = Callable[[str], Awaitable[None]]
 _MAX_SOCKET_PATH = 107
-# In a checkpoint image: its sandbox had /tmp on its disk (an overlaid bind mount). Images
-# without it (older ones) restore into the layout they were taken in, /tmp as gVisor's tmpfs.
-TMP_ON_DISK_MARKER = "corral-tmp-on-disk"
-# In a checkpoint image: its sandbox ran on a sized root of the MiB this file holds. Its size is
-# in the image's memory, so it restores only into a disk of that size; images without it restore
-# onto the image's root, as they were taken.
-DISK_ROOT_MARKER = "corral-disk-root"
 _FAILURES = (RunscError, DiskError, ConsoleError, CommandError, OSError, ValueError)
 
 
@@ -96,7 +90,7 @@ class GVisorRuntime:
             )
         )
         self._cgroups = SandboxCgroups(cgroup_parent)
-        self._next_cpu = 0  # where the next sandbox's cpuset starts: spreads them over the host
+        self._generations = Generations(self._runsc, self._cgroups, console_kib)
         if subreaper:
             become_subreaper()
 
@@ -134,7 +128,6 @@ class GVisorRuntime:
             )
 
     async def info(self, sandbox_id: str) -> RuntimeInfo:
-        reap_adopted_zombies()
         paths = self.paths(sandbox_id)
         trim_console(paths.console_log, self.console_kib)  # the service asks every few seconds
         record = paths.load()
@@ -144,6 +137,14 @@ class GVisorRuntime:
             return RuntimeInfo(RuntimeStatus.STOPPED, detail="checkpointed")
         cid = record.current_container
         oom_killed = self._cgroups.oom_kills(cid) > 0
+        # The common answer, asked of every running sandbox every few seconds, from runsc's state
+        # file and /proc (~0.1 ms): its sandbox process is alive and not a zombie. A `runsc
+        # state` each (a Go process, ~25 ms of CPU) cost about a core at 300 sandboxes, and so
+        # did reaping before each call (it reads the stat of every child of the daemon: all the
+        # sandboxes' processes). Anything else (stopped, paused, no state file) is asked of runsc.
+        if not oom_killed and self._runsc.recorded_state(cid) == "running":
+            return RuntimeInfo(RuntimeStatus.RUNNING)
+        reap_adopted_zombies()  # a dead sandbox's process must not linger as a zombie for runsc
         try:
             state = await self._runsc.state(cid)
         except RunscError as exc:
@@ -177,7 +178,7 @@ class GVisorRuntime:
         record.container_ids = [record.current_container]
         await self._guarded(
             f"starting sandbox {spec.sandbox_id}",
-            self._boot(spec, paths, record, image_dir=None),
+            self._generations.boot(spec, paths, record, image_dir=None),
             undo=lambda: self._destroy(spec.sandbox_id),
         )
 
@@ -199,12 +200,14 @@ class GVisorRuntime:
             if previous is None:
                 await self._destroy(sandbox_id)
             else:  # keep the sandbox dir (and its log); drop only this generation
-                await self._drop_generation(paths, cid, record.generation)
+                await self._generations.drop(paths, cid, record.generation)
                 record.container_ids = [c for c in record.container_ids if c != cid]
                 record.checkpointed = True
                 paths.save(record)
 
-        await self._guarded(verb, self._boot(spec, paths, record, image_dir, stale), undo=undo)
+        await self._guarded(
+            verb, self._generations.boot(spec, paths, record, image_dir, stale), undo=undo
+        )
 
     async def checkpoint(
         self,
@@ -224,11 +227,7 @@ class GVisorRuntime:
         try:
             image_dir.mkdir(parents=True, exist_ok=True)
             await self._runsc.checkpoint(cid, image_dir, leave_running=leave_running)
-            if paths.tmp_lower.is_dir():
-                (image_dir / TMP_ON_DISK_MARKER).touch()
-            if record.disk_root_mib is not None:
-                (image_dir / DISK_ROOT_MARKER).write_text(f"{record.disk_root_mib}\n")
-            await asyncio.to_thread(_fsync_tree, image_dir)
+            await asyncio.to_thread(mark_image, image_dir, paths, record)
         except _FAILURES as exc:
             raise RuntimeFailure(f"{verb}: {exc}") from exc
         if leave_running:
@@ -247,7 +246,7 @@ class GVisorRuntime:
             return
         try:
             for cid in list(record.container_ids):
-                await self._drop_generation(paths, cid, None)
+                await self._generations.drop(paths, cid, None)
                 record.container_ids = [c for c in record.container_ids if c != cid]
                 paths.save(record)
             for gen in paths.disk_generations():
@@ -306,125 +305,6 @@ class GVisorRuntime:
                 raise RuntimeFailure(f"{verb}: {exc}") from exc
             raise
 
-    async def _boot(
-        self,
-        spec: SandboxSpec,
-        paths: SandboxPaths,
-        record: SandboxRecord,
-        image_dir: Path | None,
-        stale: list[str] | None = None,
-    ) -> None:
-        """Make the generation ``record.generation`` of the sandbox and start it (or restore
-        ``image_dir`` into it). ``stale`` containers of older generations are removed first."""
-        paths.dir.mkdir(parents=True, exist_ok=True)
-        paths.save(record)  # before runsc hears of the container: destroy can always find it
-        cid = record.current_container
-        gen = record.generation
-        cleanup = [self._drop_generation(paths, c, None) for c in stale or []]
-        # A writable root takes the writes itself: no disk to back gVisor's overlay.
-        disk = (
-            ()
-            if spec.writable_root
-            else (
-                create_disk(
-                    paths.disk_image(gen),
-                    paths.disk_mount(gen),
-                    spec.resources.disk_mib + disk_headroom_mib(spec.resources.disk_mib),
-                ),
-            )
-        )
-        await asyncio.gather(*disk, *cleanup)
-        for old_gen in paths.disk_generations():
-            if old_gen != gen:
-                await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
-        record.container_ids = [cid]
-        paths.save(record)
-        # The sized root holds /tmp like every other path. Without it (a build's writable root
-        # takes its writes itself; an older image keeps the layout it was taken in) /tmp is an
-        # overlaid bind mount whose writes land on the disk.
-        disk_root = None
-        if not spec.writable_root and _wants_disk_root(image_dir, spec.resources.disk_mib):
-            disk_root = DiskRoot(paths.disk_root_store(gen), spec.resources.disk_mib)
-            disk_root.store.mkdir(mode=0o700)
-        record.disk_root_mib = disk_root.size_mib if disk_root else None
-        paths.save(record)
-        tmp_on_disk = (
-            not spec.writable_root
-            and disk_root is None
-            and image_dir is not None
-            and (image_dir / TMP_ON_DISK_MARKER).is_file()
-        )
-        tmp_source = None
-        if tmp_on_disk:
-            paths.tmp_lower.mkdir(exist_ok=True)
-            paths.tmp_lower.chmod(0o1777)
-            tmp_source = str(paths.tmp_lower)
-        elif paths.tmp_lower.is_dir():
-            paths.tmp_lower.rmdir()  # it marks a generation with /tmp on disk
-        cpuset = self._pick_cpuset(spec.resources.cpu)
-        if cpuset is not None:
-            self._cgroups.prepare_cpuset()
-        config = render_config(
-            spec,
-            cgroups_path=self._cgroups.path_for(cid),
-            tmp_source=tmp_source,
-            cpuset=cpuset,
-            disk_root=disk_root,
-        )
-        write_config(paths.bundle, config)
-        network = NetworkMode(spec.netns_path)
-        overlay = None if spec.writable_root else paths.disk_mount(gen)
-        await mount_console(paths.console_dir, self.console_kib)
-        log = paths.console_log
-        trim_console(log, self.console_kib)  # room for runsc's own errors
-        if image_dir is None:
-            key = None if spec.agent_key is None else f"{spec.agent_key}\n".encode()
-            await self._runsc.run(
-                cid,
-                paths.bundle,
-                network=network,
-                overlay_dir=overlay,
-                log_path=log,
-                stdin_data=key,
-            )
-        else:
-            await self._runsc.restore(
-                cid,
-                paths.bundle,
-                image_dir,
-                network=network,
-                overlay_dir=overlay,
-                log_path=log,
-                overlay_scope="all" if tmp_on_disk else "root",
-            )
-        status = self._runsc.recorded_state(cid)  # `runsc state` would cost ~25 ms more
-        if status != "running":
-            raise RunscError(f"container {cid} is {status or 'gone'} right after booting")
-        # The sandbox sees (and its agent's OOM killer enforces) its memory; the host cgroup's
-        # killer, which would take the whole sandbox, only acts past a headroom above it.
-        memory = spec.resources.memory_mib
-        limit_mib = memory + memory_headroom_mib(memory)
-        self._cgroups.raise_memory_limit(cid, limit_mib * 1024 * 1024)
-
-    def _pick_cpuset(self, cpu: float) -> str | None:
-        """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them, so that it sees that
-        many (``nproc``); None (all) when it is given as many as the host has. The cpu quota
-        still bounds its time; successive sandboxes start on successive CPUs."""
-        host = sorted(os.sched_getaffinity(0))
-        count = max(1, math.ceil(cpu))
-        if count >= len(host):
-            return None
-        start = self._next_cpu % len(host)
-        self._next_cpu = start + count
-        return ",".join(str(host[(start + i) % len(host)]) for i in range(count))
-
-    async def _drop_generation(self, paths: SandboxPaths, cid: str, gen: int | None) -> None:
-        """Delete one runsc container, its cgroups and (if ``gen`` is given) its disk."""
-        await self._runsc.delete_force(cid)
-        self._cgroups.remove(cid)
-        if gen is not None:
-            await remove_disk(paths.disk_image(gen), paths.disk_mount(gen))
-
     async def _destroy(self, sandbox_id: str) -> None:
         paths = self.paths(sandbox_id)
         record = paths.load()
@@ -436,7 +316,7 @@ class GVisorRuntime:
             c for c in self._runsc.known_container_ids(prefix) if is_container_of(sandbox_id, c)
         )
         results = await asyncio.gather(
-            *(self._drop_generation(paths, c, None) for c in sorted(ids)), return_exceptions=True
+            *(self._generations.drop(paths, c, None) for c in sorted(ids)), return_exceptions=True
         )
         for gen in paths.disk_generations():
             await remove_disk(paths.disk_image(gen), paths.disk_mount(gen))
@@ -459,35 +339,6 @@ class GVisorRuntime:
             raise RuntimeFailure(f"{verb} sandbox {sandbox_id}: {exc}") from exc
 
 
-def _wants_disk_root(image_dir: Path | None, disk_mib: int) -> bool:
-    """Whether a generation runs on the sized root: new sandboxes do; a restore does as its image
-    was taken, and only into a disk of the size it was taken with (its memory holds that size)."""
-    if image_dir is None:
-        return True
-    marker = image_dir / DISK_ROOT_MARKER
-    if not marker.is_file():
-        return False
-    taken = int(marker.read_text().strip() or 0)
-    if taken != disk_mib:
-        raise ValueError(
-            f"the memory image in {image_dir} was taken on a {taken} MiB disk and restores only "
-            f"into a disk of that size (asked for {disk_mib} MiB)"
-        )
-    return True
-
-
-def disk_headroom_mib(disk_mib: int) -> int:
-    """ext4 space beyond the sandbox's disk: the file system's own metadata and the image root's
-    few writes, so that the sized root (exactly ``disk_mib``) fills before the ext4 does."""
-    return 16 + disk_mib // 32
-
-
-def memory_headroom_mib(memory_mib: int) -> int:
-    """Host memory a sandbox may use beyond its own: gVisor's own (sentry, page tables) and what
-    a process can allocate between two looks of the in-sandbox OOM killer."""
-    return 64 + memory_mib // 64
-
-
 def _has_mount_below(directory: Path) -> bool:
     prefix = str(directory.resolve()) + "/"
     try:
@@ -495,22 +346,6 @@ def _has_mount_below(directory: Path) -> bool:
             return any(line.split()[4].startswith(prefix) for line in fh)
     except OSError:
         return False
-
-
-def _fsync_tree(directory: Path) -> None:
-    """fsync every file and directory below ``directory`` (checkpoint images must be durable)."""
-    for dirpath, _dirnames, filenames in os.walk(directory):
-        for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 if TYPE_CHECKING:

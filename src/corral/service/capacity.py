@@ -14,10 +14,8 @@ from dataclasses import dataclass
 
 from corral.config import Settings
 from corral.service.errors import CapacityExceeded
+from corral.service.model import ACTIVE_STATES, SandboxState
 from corral.storage import SandboxRecord
-
-ACTIVE_STATES = {"creating", "running"}
-DISK_ONLY_STATES = {"parked"}
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ class CapacityModel:
                 cpu += record.cpu
                 memory += record.memory_mib
                 disk += record.disk_mib
-            elif record.state in DISK_ONLY_STATES:
+            elif record.state == SandboxState.PARKED:
                 disk += record.image_mib
         for held_cpu, held_memory, held_disk in self.held.values():
             cpu += held_cpu

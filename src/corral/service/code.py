@@ -31,6 +31,7 @@ from corral.service.errors import (
     TooLarge,
 )
 from corral.service.lifecycle.wake import WakeService
+from corral.service.model import SandboxState
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 
@@ -199,7 +200,7 @@ class CodeService:
 
     def _running(self, sandbox_id: str) -> bool:
         try:
-            return self._sandboxes.get(sandbox_id).state == "running"
+            return self._sandboxes.get(sandbox_id).state == SandboxState.RUNNING
         except NotFound:
             return False
 

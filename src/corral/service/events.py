@@ -22,10 +22,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from corral.service import access
+from corral.service.model import SandboxState
 from corral.storage import SandboxRecord
 
 QUEUE_LIMIT = 1000
-_STATE_KINDS = {"running", "parked", "killed", "stopped", "error"}
+# The state changes that are events of their own (named after the state); creating is "created".
+_STATE_KINDS = frozenset(SandboxState) - {SandboxState.CREATING}
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,13 @@ def sandbox_event_kind(before: SandboxRecord | None, record: SandboxRecord) -> s
     before_state = before.state
     if before_state == record.state:
         return None
-    if record.state == "running" and before_state == "parked":
+    if record.state == SandboxState.RUNNING and before_state == SandboxState.PARKED:
         return "woken"
-    if record.state == "running" and record.parent_id and before_state == "creating":
+    if (
+        record.state == SandboxState.RUNNING
+        and record.parent_id
+        and before_state == SandboxState.CREATING
+    ):
         return "forked"
     return record.state if record.state in _STATE_KINDS else None
 

@@ -14,7 +14,7 @@ from corral.service.errors import CorralError, InvalidRequest, TooLarge
 from corral.service.lifecycle.wake import WakeService
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
-from corral.service.sandboxes.live import translate_agent_error
+from corral.service.sandboxes.agents import translate_agent_error
 
 
 def check_path(path: str) -> str:

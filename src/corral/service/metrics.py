@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from corral.network.base import Traffic
 from corral.service.errors import StateConflict
+from corral.service.model import SandboxState
 from corral.service.sandboxes import SandboxService
 from corral.service.traffic import recorded_traffic
 
@@ -52,9 +53,15 @@ class MetricsService:
     async def network_totals(self) -> Traffic:
         """The traffic of every sandbox running or parked now, summed (for ``GET /metrics``):
         what their records keep plus the live slots' counts, read concurrently."""
-        records = self._sandboxes.db.sandboxes.list(states={"running", "parked"})
+        records = self._sandboxes.db.sandboxes.list(
+            states={SandboxState.RUNNING, SandboxState.PARKED}
+        )
         live = await asyncio.gather(
-            *(self._sandboxes.live.traffic(r.id) for r in records if r.state == "running")
+            *(
+                self._sandboxes.live.traffic(r.id)
+                for r in records
+                if r.state == SandboxState.RUNNING
+            )
         )
         total = Traffic()
         for record in records:
@@ -67,7 +74,7 @@ class MetricsService:
         """One sample now; StateConflict when the sandbox is not running."""
         record = self._sandboxes.get(sandbox_id)
         usage = await self._sandboxes.runtime.usage(sandbox_id)
-        if record.state != "running" or usage is None:
+        if record.state != SandboxState.RUNNING or usage is None:
             self._last_cpu.pop(sandbox_id, None)
             raise StateConflict(
                 f"sandbox {sandbox_id} is {record.state}: only a running sandbox has metrics"

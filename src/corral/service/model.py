@@ -27,6 +27,7 @@ from corral.service.errors import StateConflict
 from corral.storage import SandboxRecord
 
 __all__ = [
+    "ACTIVE_STATES",
     "ENDED_STATES",
     "LIVE_STATES",
     "PRUNED_STATES",
@@ -68,6 +69,8 @@ class Operation(StrEnum):
 
 # Holding resources (cpu and memory reserved, or an image on disk): what admission counts.
 LIVE_STATES = frozenset({SandboxState.CREATING, SandboxState.RUNNING, SandboxState.PARKED})
+# Reserving cpu and memory (a parked sandbox holds only disk): what capacity and quotas count.
+ACTIVE_STATES = frozenset({SandboxState.CREATING, SandboxState.RUNNING})
 # Not listed by default; their records (and failed ones') are pruned after the retention.
 ENDED_STATES = frozenset({SandboxState.KILLED, SandboxState.STOPPED})
 PRUNED_STATES = frozenset({*ENDED_STATES, SandboxState.ERROR})

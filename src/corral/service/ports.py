@@ -16,20 +16,24 @@ names, for one):
 - ``check_access(sandbox_id, port, token)``: may this credential reach that port;
 - ``resolve_inbound(sandbox_id, port)``: the address to connect to, waking a parked
   sandbox that has auto-wake;
-- ``activity(sandbox_id)``: a context manager marking a connection in flight (idle auto-park).
+- ``activity(sandbox_id)``: a context manager marking a connection in flight (idle auto-park);
+- ``connection(sandbox_id, port)``: the same for a connection to an open port, whose task is
+  cancelled when the port is closed (so closing a port cuts the connections through it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from corral.at_rest import load_or_make_key
 from corral.service.errors import (
@@ -41,7 +45,7 @@ from corral.service.errors import (
     Unauthorized,
 )
 from corral.service.lifecycle.wake import WakeService
-from corral.service.model import SandboxState
+from corral.service.model import LIVE_STATES, SandboxState
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.storage import SandboxPortRecord
@@ -51,7 +55,6 @@ __all__ = ["InboundTarget", "OpenPort", "PortService", "port_url_paths"]
 MAX_OPEN_PORTS = 64
 SECRET_FILE = "ports.secret"
 _TOKEN = re.compile(r"^[0-9a-f]{64}$")
-OPENABLE_STATES = ("creating", "running", "parked")
 
 
 @dataclass(frozen=True)
@@ -97,15 +100,15 @@ class PortService:
         self.db = sandboxes.db
         self.settings = sandboxes.settings
         self._secret: bytes | None = None
-        # Called with (sandbox_id, port) when a port closes: the inbound proxy cuts its links.
-        self.on_close: list[Callable[[str, int], None]] = []
+        # The tasks serving connections to each open port (``connection``), cancelled at close.
+        self._connections: dict[tuple[str, int], set[asyncio.Task[Any]]] = {}
 
     # ------------------------------------------------------------------------ managing ports
     def open(self, sandbox_id: str, port: int, *, public: bool = False) -> OpenPort:
         """Open ``port`` of the sandbox (again: keeps its token, changes ``public``)."""
         _check_port(port)
         record = self.sb.get(sandbox_id)
-        if record.state not in OPENABLE_STATES:
+        if record.state not in LIVE_STATES:
             raise StateConflict(
                 f"cannot open port {port} of sandbox {sandbox_id} in state {record.state}"
             )
@@ -127,7 +130,7 @@ class PortService:
 
     def list(self, sandbox_id: str) -> list[OpenPort]:
         """The open ports of a live sandbox (an ended one has none: they closed with it)."""
-        if self.sb.get(sandbox_id).state not in OPENABLE_STATES:
+        if self.sb.get(sandbox_id).state not in LIVE_STATES:
             return []
         return [self._describe(r) for r in self.db.ports.list(sandbox_id)]
 
@@ -135,8 +138,8 @@ class PortService:
         self.sb.get(sandbox_id)
         if not self.db.ports.delete(sandbox_id, port):
             raise NotFound(f"port {port} of sandbox {sandbox_id} is not open")
-        for hook in self.on_close:
-            hook(sandbox_id, port)
+        for task in list(self._connections.get((sandbox_id, port), ())):
+            task.cancel()
 
     # ------------------------------------------------------------------------ inbound traffic
     def check_access(self, sandbox_id: str, port: int, token: str | None) -> SandboxPortRecord:
@@ -144,7 +147,7 @@ class PortService:
         live sandbox or port not open), Unauthorized (no token) or Forbidden (wrong token)."""
         record = self.db.sandboxes.get(sandbox_id)
         opened = self.db.ports.get(sandbox_id, port) if record else None
-        if record is None or record.state not in OPENABLE_STATES or opened is None:
+        if record is None or record.state not in LIVE_STATES or opened is None:
             raise NotFound(
                 f"port {port} of sandbox {sandbox_id} is not open "
                 f"(open it with: corral port open {sandbox_id} {port})"
@@ -168,12 +171,12 @@ class PortService:
         record = self.sb.get(sandbox_id)
         if record.state == SandboxState.PARKED and record.auto_wake:
             record = await self.wakes.wake(sandbox_id)
-        if record.state == "parked":
+        if record.state == SandboxState.PARKED:
             raise StateConflict(
                 f"sandbox {sandbox_id} is parked and has no auto-wake: wake it first "
                 f"(corral wake {sandbox_id})"
             )
-        if record.state != "running":
+        if record.state != SandboxState.RUNNING:
             raise StateConflict(
                 f"cannot reach port {port} of sandbox {sandbox_id} in state {record.state}"
             )
@@ -188,6 +191,24 @@ class PortService:
         """Count an inbound connection as activity for as long as it is open."""
         with self._activity.busy(sandbox_id):
             yield
+
+    @contextmanager
+    def connection(self, sandbox_id: str, port: int) -> Iterator[None]:
+        """Hold a connection to an open port for the current task: counted as activity while it
+        is open, and the task cancelled if the port is closed meanwhile."""
+        task = asyncio.current_task()
+        key = (sandbox_id, port)
+        tasks = self._connections.setdefault(key, set())
+        if task is not None:
+            tasks.add(task)
+        try:
+            with self._activity.busy(sandbox_id):
+                yield
+        finally:
+            if task is not None:
+                tasks.discard(task)
+            if not tasks:
+                self._connections.pop(key, None)
 
     # ------------------------------------------------------------------------ helpers
     def _describe(self, record: SandboxPortRecord) -> OpenPort:

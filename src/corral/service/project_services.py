@@ -17,6 +17,7 @@ import time
 
 from corral.network.policy import SANDBOX_SERVICE_NET, PolicyError, ProjectService
 from corral.service.errors import CorralError, InvalidRequest, NotFound, StateConflict
+from corral.service.model import LIVE_STATES, SandboxState
 from corral.service.ports import PortService
 from corral.service.sandboxes import SandboxService
 from corral.storage import ProjectServiceRecord
@@ -66,7 +67,7 @@ class ProjectServices:
         other sandboxes reach as ``name:port`` (TCP)."""
         name = name.strip().lower().rstrip(".")
         target = self.sb.get(sandbox_id)
-        if target.state not in ("creating", "running", "parked"):
+        if target.state not in LIVE_STATES:
             raise StateConflict(
                 f"cannot make sandbox {sandbox_id} in state {target.state} a project service"
             )
@@ -130,7 +131,7 @@ class ProjectServices:
 
     async def _apply(self) -> None:
         self.sb.policies.egress.set_services(self._mechanism())
-        for record in self.sb.list(states=["running"], include_pooled=True):
+        for record in self.sb.list(states=[SandboxState.RUNNING], include_pooled=True):
             if self.sb.live.slot_index_of(record.id) is None:
                 continue
             try:

@@ -18,12 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.service.errors import CorralError
+from corral.service.model import ACTIVE_STATES, SandboxState
 from corral.storage import SandboxRecord
 
 QUOTAS = ("running", "cpu", "memory_mib", "disk_mib", "parked")
 _UNITS = {"running": "sandboxes", "cpu": "vCPUs", "memory_mib": "MiB", "disk_mib": "MiB"}
 _UNITS["parked"] = "sandboxes"
-RUNNING_STATES = {"creating", "running"}
 
 
 class QuotaExceeded(CorralError):
@@ -50,12 +50,12 @@ def usage_of(records: Iterable[SandboxRecord], owner: str | None) -> Usage:
     for record in records:
         if record.owner != owner or record.pooled:
             continue
-        if record.state in RUNNING_STATES:
+        if record.state in ACTIVE_STATES:
             running += 1
             cpu += record.cpu
             memory += record.memory_mib
             disk += record.disk_mib
-        elif record.state == "parked":
+        elif record.state == SandboxState.PARKED:
             parked += 1
             disk += record.disk_mib
     return Usage(running, cpu, memory, disk, parked)

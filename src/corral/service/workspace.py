@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from corral.at_rest import secure_data_dir
 from corral.config import Settings
 from corral.images import ImageStore
+from corral.images.cas import ContentStore
 from corral.network.base import Network
 from corral.network.broker import CertificateAuthority
 from corral.network.broker.intercept import Broker
@@ -46,8 +47,9 @@ from corral.service.ratelimit import RateLimiter
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.admission import Admission
+from corral.service.sandboxes.agents import ConnectAgent
 from corral.service.sandboxes.freezer import Freezer
-from corral.service.sandboxes.live import ConnectAgent, LiveSandboxes
+from corral.service.sandboxes.live import LiveSandboxes
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SecretService
 from corral.service.snapshots.service import SnapshotService
@@ -107,11 +109,13 @@ class Workspace:
         secure_data_dir(settings.data_dir)
         db = Database(settings.db_path)
         images = ImageStore(settings.images_dir)
-        templates = TemplateService(db, images, settings)
-        templates.store.set_mount_points(
-            [(dest, os.path.isdir(source)) for source, dest in agent.mounts]
-            + [("/etc/resolv.conf", False)]  # the sandbox resolver's config (spec_for)
+        store = ContentStore(
+            settings.data_dir / "store",
+            images,
+            mount_points=[(dest, os.path.isdir(source)) for source, dest in agent.mounts]
+            + [("/etc/resolv.conf", False)],  # the sandbox resolver's config (spec_for)
         )
+        templates = TemplateService(db, images, settings, store)
         secret_service = SecretService(
             db, Sealer(settings.secrets_key_path), CertificateAuthority(settings.broker_dir)
         )

@@ -18,7 +18,7 @@ REAL = b"the-real-token"
 
 class Source:
     def __init__(self) -> None:
-        self.items = (Injection("TOKEN", PH, REAL, ("api.test",)),)
+        self.items: tuple[Injection, ...] = (Injection("TOKEN", PH, REAL, ("api.test",)),)
         self.audit: list[tuple[str, str, str, str, str]] = []
 
     def injections(self, sandbox_id: str) -> tuple[Injection, ...]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -12,7 +15,7 @@ import pytest
 
 from corral.agent import AGENT_DIR
 from corral.runtime import GVisorRuntime, RuntimeFailure, RuntimeStatus
-from corral.runtime.gvisor import DISK_ROOT_MARKER, disk_headroom_mib, memory_headroom_mib
+from corral.runtime.generation import DISK_ROOT_MARKER, disk_headroom_mib, memory_headroom_mib
 
 from .conftest import ROOTFS, SpecFactory, wait_for_log
 
@@ -81,6 +84,29 @@ async def test_start_info_pause_destroy(runtime: GVisorRuntime, make_spec: SpecF
     assert (await runtime.info(spec.sandbox_id)).status is RuntimeStatus.MISSING
     assert await runtime.list_ids() == []
     await runtime.destroy(spec.sandbox_id)  # idempotent
+
+
+async def test_info_sees_a_sandbox_end_by_itself_or_by_a_kill(
+    runtime: GVisorRuntime, make_spec: SpecFactory
+) -> None:
+    # info() answers "running" from runsc's state file and /proc (no runsc process): an init that
+    # returned, or a sandbox process killed on the host, must still show as stopped.
+    ended = make_spec("print('done', flush=True)")
+    await runtime.start(ended)
+    await wait_for_status(runtime, ended.sandbox_id, RuntimeStatus.STOPPED)
+
+    killed = make_spec(COUNTER)
+    await runtime.start(killed)
+    assert (await runtime.info(killed.sandbox_id)).status is RuntimeStatus.RUNNING
+    await wait_for_log(runtime.paths(killed.sandbox_id).console_log, r"^tick 2 True$")
+    cid = runtime.paths(killed.sandbox_id).load().current_container  # type: ignore[union-attr]
+    state_file = runtime._runsc.options.root / f"{cid}_sandbox:{cid}.state"
+    pid = json.loads(state_file.read_text())["sandbox"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    await wait_for_status(runtime, killed.sandbox_id, RuntimeStatus.STOPPED)
+    for spec in (ended, killed):
+        await runtime.destroy(spec.sandbox_id)
+    assert await runtime.list_ids() == []
 
 
 async def test_failed_start_leaves_nothing(runtime: GVisorRuntime, make_spec: SpecFactory) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
 
 from corral.agent import processes
-from corral.runtime import agent_client
+from corral.runtime import agent_transport
 from corral.runtime.agent_client import AgentClient, AgentError
 from tests.unit.agent.conftest import LocalAgent
 
@@ -50,7 +52,7 @@ async def test_a_full_table_forgets_finished_processes_and_refuses_running_ones(
 
 
 async def test_the_client_refuses_an_answer_over_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent_client, "MAX_ANSWER_BYTES", 1000)
+    monkeypatch.setattr(agent_transport, "MAX_ANSWER_BYTES", 1000)
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"processes": [{"tag": "z" * 5000}]})
@@ -64,9 +66,9 @@ async def test_the_client_refuses_an_answer_over_its_cap(monkeypatch: pytest.Mon
 async def test_the_client_stops_reading_an_endless_event_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(agent_client, "MAX_ANSWER_BYTES", 1000)
+    monkeypatch.setattr(agent_transport, "MAX_ANSWER_BYTES", 1000)
 
-    async def endless() -> object:
+    async def endless() -> AsyncIterator[bytes]:
         for _ in range(100):
             yield b"a" * 100  # never a newline
 

@@ -178,7 +178,7 @@ async def test_roles_by_route(served: Served) -> None:
         assert created.status_code == 201, created.text
         sandbox_id = created.json()["id"]
         document = (await client.get("/openapi.json")).json()
-    mismatches = []
+    mismatches: list[tuple[str, str, int | str]] = []
     # One client per key (a client's TLS context costs tens of milliseconds to make).
     clients = {column: served.client(key) for column, key in keys.items()}
     anonymous = served.client(None)

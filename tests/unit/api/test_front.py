@@ -43,7 +43,7 @@ class Server:
     def __init__(self) -> None:
         self.reads: asyncio.Queue[bytes] = asyncio.Queue()
         # No head here is addressed to a port, so the proxy's port service is never asked.
-        ports = cast(PortService, SimpleNamespace(on_close=[]))
+        ports = cast(PortService, SimpleNamespace())
         inbound = InboundProxy(ports, max_head=MAX_HEAD)
         front = front_protocol(inbound, bounded_protocol(MAX_HEAD), max_head=MAX_HEAD)
         reads = self.reads

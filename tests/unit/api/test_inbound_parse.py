@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.api.inbound import BadHead, parse_head
+from corral.api.inbound.heads import BadHead, parse_head
 
 SBX = "sb-abcdefgh1234"
 
@@ -68,7 +68,7 @@ def test_malformed_heads_are_refused(raw: bytes) -> None:
 
 
 def test_path_routed_answers_get_an_origin_of_their_own() -> None:
-    from corral.api.inbound import isolate_answer_head
+    from corral.api.inbound.heads import isolate_answer_head
 
     head = b"\r\n".join(
         [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -46,3 +48,30 @@ async def test_open_list_close_and_tokens(harness: Harness, client: httpx.AsyncC
     with pytest.raises(NotFound):  # an ended sandbox's ports are not reachable
         ports.check_access(sbx["id"], 9090, None)
     assert (await client.get(path)).json()["ports"] == []
+
+
+async def test_closing_a_port_cuts_the_connections_held_through_it(
+    harness: Harness, client: httpx.AsyncClient
+) -> None:
+    sbx = (await client.post("/v1/sandboxes", json={})).json()
+    path = f"/v1/sandboxes/{sbx['id']}/ports"
+    for port in (8080, 9090):
+        assert (await client.post(path, json={"port": port})).status_code == 200
+    ports = harness.workspace.ports
+    entered = {8080: asyncio.Event(), 9090: asyncio.Event()}
+
+    async def hold(port: int) -> None:  # what the inbound proxy does for one connection
+        with ports.connection(sbx["id"], port):
+            entered[port].set()
+            await asyncio.Event().wait()
+
+    held = {port: asyncio.create_task(hold(port)) for port in entered}
+    for event in entered.values():
+        await event.wait()
+    assert (await client.delete(f"{path}/8080")).status_code == 204
+    with pytest.raises(asyncio.CancelledError):
+        await held[8080]
+    assert not held[9090].done()  # the other port's connection goes on
+    held[9090].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held[9090]

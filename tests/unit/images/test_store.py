@@ -60,7 +60,12 @@ def test_a_replaced_image_is_kept_while_sandboxes_run_on_it(
     rootfs = fake_image(tmp_path, None)
     (rootfs / "tmp" / "file").write_text("still here")
     asked: list[Path] = []
-    monkeypatch.setattr(store, "mounted_anywhere", lambda path: asked.append(path) or in_use)
+
+    def mounted_anywhere(path: Path) -> bool:
+        asked.append(path)
+        return in_use
+
+    monkeypatch.setattr(store, "mounted_anywhere", mounted_anywhere)
     said: list[str] = []
     ImageStore(tmp_path)._retire("base", said.append)
     assert asked == [rootfs] and not (tmp_path / "base").exists()

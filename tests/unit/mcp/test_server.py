@@ -13,6 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from corral.mcp.server import SandboxPool, create_server
 from corral.sdk import AsyncClient
 from corral.sdk.testing import FakeDaemon
+from tests.mcp_text import first_text
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ async def test_files_commands_and_sandbox_management(fake: FakeDaemon) -> None:
         )
         assert written["size"] == 3
         read = await client.call_tool("read_file", {"path": "/a.txt", "sandbox_id": sandbox_id})
-        assert read.content[0].text == "hé"
+        assert first_text(read) == "hé"
         ran = structured(
             await client.call_tool("run_command", {"command": "exit 5", "sandbox_id": outside})
         )
@@ -82,7 +83,7 @@ async def test_files_commands_and_sandbox_management(fake: FakeDaemon) -> None:
         assert killed == {"sandbox_id": sandbox_id, "killed": True}
         failed = await client.call_tool("read_file", {"path": "/nope"})
         assert failed.is_error
-        assert "no file /nope" in failed.content[0].text
+        assert "no file /nope" in first_text(failed)
     assert fake.sandboxes[outside]["state"] == "running"  # not ours: left alone
 
 

@@ -52,7 +52,8 @@ def parse(stream: bytes) -> list[tuple[bytes, dict[bytes, bytes], bytes]]:
 
     class Sink:
         def on_message_begin(self) -> None:
-            self.url, self.headers, self.body = b"", {}, b""
+            self.url, self.body = b"", b""
+            self.headers: dict[bytes, bytes] = {}
 
         def on_url(self, url: bytes) -> None:
             self.url += url

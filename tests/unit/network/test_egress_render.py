@@ -243,12 +243,13 @@ def test_a_sandbox_service_goes_to_the_proxy_never_forwarded() -> None:
     assert not reaches_service(policy, context, "169.254.100.1", 8081)
     assert reaches_service(EgressPolicy.build("airgapped", ["project:8080"], []), context,
                            "169.254.100.1", 8080)  # fmt: skip
-    for mode, allow, deny in (
+    unreachable: tuple[tuple[str, list[str], list[str]], ...] = (
         ("internet", [], []),
         ("airgapped", [], []),
         ("project", [], ["project:8080"]),
         ("project", [], ["169.254.0.0/16"]),
-    ):
+    )
+    for mode, allow, deny in unreachable:
         assert not reaches_service(
             EgressPolicy.build(mode, allow, deny), context, "169.254.100.1", 8080
         ), (mode, deny)

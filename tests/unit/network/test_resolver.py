@@ -11,8 +11,8 @@ import dns.rrset
 import pytest
 
 from corral.network.egress import EgressContext
+from corral.network.egress_decision import decide
 from corral.network.policy import EgressPolicy, ProjectService
-from corral.network.proxy import decide
 from corral.network.resolver import SandboxResolver, read_resolv_conf
 from corral.network.sandbox_egress import ResolvedNames, SandboxEgress
 

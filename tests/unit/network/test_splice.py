@@ -1,10 +1,13 @@
-"""network/splice.py on loopback TCP: exact counts, the end of the source, idle timeouts."""
+"""network/splice.py on loopback TCP: exact counts, the end of the source, idle timeouts, and the
+same for a bulk transfer that goes on in a thread of its own (which never outlives the copy)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
+import struct
+import threading
 
 import pytest
 
@@ -71,5 +74,78 @@ async def test_nothing_moving_for_idle_seconds_is_a_timeout() -> None:
     dst, dst_peer = tcp_pair()
     with pytest.raises(TimeoutError):
         await splice.copy(src, dst, idle=0.05)
+    for sock in (src_peer, src, dst, dst_peer):
+        sock.close()
+
+
+def threads_of_splice() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "corral-splice"]
+
+
+async def test_a_bulk_transfer_goes_on_in_a_thread_and_arrives_intact() -> None:
+    src_peer, src = tcp_pair()
+    dst, dst_peer = tcp_pair()
+    loop = asyncio.get_running_loop()
+    first, rest = os.urandom(splice.THREAD_AFTER * 2), os.urandom(splice.THREAD_AFTER * 2)
+    copying = asyncio.create_task(splice.copy(src, dst))
+    await loop.sock_sendall(src_peer, first)
+    # At most a pipeful past THREAD_AFTER moves on the loop; the rest of ``first`` did not.
+    assert await read_all(dst_peer, len(first)) == first
+    assert len(threads_of_splice()) == 1
+    await loop.sock_sendall(src_peer, rest)
+    src_peer.shutdown(socket.SHUT_WR)
+    assert await read_all(dst_peer, len(rest)) == rest
+    assert await copying == len(first) + len(rest)
+    assert threads_of_splice() == []
+    for sock in (src_peer, src, dst, dst_peer):
+        sock.close()
+
+
+async def test_cancelling_a_threaded_copy_stops_its_thread_before_it_returns() -> None:
+    src_peer, src = tcp_pair()
+    dst, dst_peer = tcp_pair()
+    loop = asyncio.get_running_loop()
+    payload = os.urandom(splice.THREAD_AFTER * 2)
+    copying = asyncio.create_task(splice.copy(src, dst))
+    await loop.sock_sendall(src_peer, payload)
+    assert await read_all(dst_peer, len(payload)) == payload
+    assert len(threads_of_splice()) == 1  # moved to its thread, now waiting for more
+    copying.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await copying
+    assert threads_of_splice() == []  # so closing the sockets now cannot race it
+    for sock in (src_peer, src, dst, dst_peer):
+        sock.close()
+
+
+async def test_a_reset_destination_fails_a_threaded_copy() -> None:
+    src_peer, src = tcp_pair()
+    dst, dst_peer = tcp_pair()
+    loop = asyncio.get_running_loop()
+    copying = asyncio.create_task(splice.copy(src, dst))
+    first = os.urandom(splice.THREAD_AFTER * 2)
+    await loop.sock_sendall(src_peer, first)
+    assert await read_all(dst_peer, len(first)) == first
+    dst_peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    dst_peer.close()  # a reset: the next bytes cannot be delivered
+    sending = asyncio.create_task(loop.sock_sendall(src_peer, os.urandom(1 << 20)))
+    with pytest.raises(OSError):
+        await copying
+    sending.cancel()
+    for sock in (src_peer, src, dst):
+        sock.close()
+
+
+async def test_a_threaded_copy_idle_for_idle_seconds_is_a_timeout() -> None:
+    src_peer, src = tcp_pair()
+    dst, dst_peer = tcp_pair()
+    loop = asyncio.get_running_loop()
+    copying = asyncio.create_task(splice.copy(src, dst, idle=0.2))
+    payload = os.urandom(splice.THREAD_AFTER * 2)
+    await loop.sock_sendall(src_peer, payload)
+    assert await read_all(dst_peer, len(payload)) == payload
+    with pytest.raises(TimeoutError):
+        await copying
+    assert threads_of_splice() == []
     for sock in (src_peer, src, dst, dst_peer):
         sock.close()

@@ -42,6 +42,7 @@ from corral.sdk.testing import FakeDaemon
 def test_error_codes_map_to_exceptions(status: int, code: str, expected: type) -> None:
     error = error_from_response(status, {"code": code, "message": "it went wrong"})
     assert type(error) is expected
+    assert isinstance(error, CorralError)
     assert (error.status, error.code, str(error)) == (status, code, "it went wrong")
 
 

@@ -9,9 +9,10 @@ import importlib.util
 import inspect
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -56,7 +57,7 @@ def _signature(value: Any) -> inspect.Signature:
     function = value.fget if isinstance(value, property) else value
     if isinstance(function, classmethod | staticmethod):
         function = function.__func__
-    return inspect.signature(function)
+    return inspect.signature(cast(Callable[..., Any], function))
 
 
 def test_sync_py_is_generated_from_the_async_core() -> None:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 
 from corral.api import schemas_access as schemas
 from corral.api.deps import PrincipalDep, WorkspaceDep
+from corral.service.model import LIVE_STATES
 from corral.service.quotas import usage_of
 from corral.service.records import ApiKeyRecord
 
@@ -53,7 +54,7 @@ async def list_keys(ws: WorkspaceDep) -> schemas.KeyList:
 @router.get("/self", operation_id="get_self", response_model=schemas.KeySelf)
 async def get_self(ws: WorkspaceDep, principal: PrincipalDep) -> schemas.KeySelf:
     record = ws.api_keys.get(principal.name)
-    used = usage_of(ws.db.sandboxes.list(states={"creating", "running", "parked"}), record.id)
+    used = usage_of(ws.db.sandboxes.list(states=LIVE_STATES), record.id)
     usage = schemas.Usage(
         running=int(used.running),
         cpu=used.cpu,

@@ -1,5 +1,5 @@
 """A sandbox's open ports: open (``POST``), list, close. The traffic itself goes through the
-inbound proxy (``api/inbound.py``), not through these routes."""
+inbound proxy (``api/inbound/``), not through these routes."""
 
 from __future__ import annotations
 

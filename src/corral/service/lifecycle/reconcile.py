@@ -83,7 +83,7 @@ class Reconciler:
                 )
         for sandbox_id in await self.runtime.list_ids():
             known = self.db.sandboxes.get(sandbox_id)
-            if sandbox_id in adopted or (known is not None and known.state == "parked"):
+            if sandbox_id in adopted or (known is not None and known.state == SandboxState.PARKED):
                 continue
             log.warning("sandbox %s: removing orphaned runtime resources", sandbox_id)
             with contextlib.suppress(RuntimeFailure):

@@ -114,7 +114,7 @@ class SandboxService:
         """Like ``get``, but first checks that a running sandbox's runtime is still alive."""
         record = self.get(sandbox_id)
         if (
-            record.state == "running"
+            record.state == SandboxState.RUNNING
             and not record.operation
             and not self.lock(sandbox_id).locked()
         ):
@@ -154,8 +154,9 @@ class SandboxService:
         """The agent client of a running sandbox, or a StateConflict that says why not
         (``record``: the sandbox's record when the caller has just read it)."""
         record = record or self.get(sandbox_id)
-        if record.state != "running" or record.operation not in (None, "forking", "snapshotting"):
-            require_state(record, action, "running")
+        usable_while = (None, Operation.FORKING, Operation.SNAPSHOTTING)
+        if record.state != SandboxState.RUNNING or record.operation not in usable_while:
+            require_state(record, action, SandboxState.RUNNING)
         client = self.live.client(sandbox_id)
         if client is None:
             raise SandboxUnavailable(f"sandbox {sandbox_id} has no control link; try again")
@@ -199,10 +200,10 @@ class SandboxService:
     async def diagnose(self, sandbox_id: str, exc: Exception) -> CorralError:
         """Turn a failed agent call into the error a user should see (the sandbox may have died)."""
         record = self.get(sandbox_id)
-        if record.state == "running" and not record.operation:
+        if record.state == SandboxState.RUNNING and not record.operation:
             await self.check_alive(record)
             record = self.get(sandbox_id)
-        if record.state != "running":
+        if record.state != SandboxState.RUNNING:
             return StateConflict(
                 f"sandbox {sandbox_id} is {record.state}"
                 + (f": {record.error}" if record.error else "")
@@ -237,7 +238,7 @@ class SandboxService:
             record = self.db.sandboxes.update(sandbox_id, network=policy.dumps())
             cut = 0
             slot = self.live.slot(sandbox_id)
-            if record.state == "running" and slot is not None:
+            if record.state == SandboxState.RUNNING and slot is not None:
                 try:
                     if self.policies.egress.attached(sandbox_id):
                         cut = await self.policies.egress.update(sandbox_id, policy)
@@ -263,11 +264,11 @@ class SandboxService:
     async def kill(self, sandbox_id: str) -> None:
         """Stop a sandbox and free everything it holds. Killing a killed sandbox is a no-op."""
         record = self.get(sandbox_id)
-        if record.state == "killed":
+        if record.state == SandboxState.KILLED:
             return
         async with self.lock(sandbox_id):
             record = self.get(sandbox_id)
-            if record.state == "killed":
+            if record.state == SandboxState.KILLED:
                 return
             self.db.sandboxes.update(sandbox_id, operation=Operation.KILLING)
             await self.live.release_resources(sandbox_id, record.slot_index)
@@ -308,7 +309,7 @@ class SandboxService:
             return
         async with self.lock(record.id):
             current = self.get(record.id)
-            if current.state != "running" or current.operation:
+            if current.state != SandboxState.RUNNING or current.operation:
                 return
             if info.oom_killed:
                 reason = (

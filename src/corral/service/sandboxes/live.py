@@ -9,11 +9,8 @@ Invariants:
   (``max_concurrent_boots``) and goes lease → prepare → egress → start → agent ready;
 - every agent has a key of its own (``agent_keys.py``): a cold boot is given a new one, a restore
   is rekeyed before anything else is asked of it; a checkpoint puts the key beside the memory;
-- a boot's agent is waited for as long as the sandbox is alive and progressing (it used CPU in
-  the last ``agent_ready_timeout``), up to ``agent_ready_limit``: a boot starved by load is
-  slow, not failed; one that stopped or used no CPU for a whole window is stuck and fails;
-- ``translate_agent_error`` maps what a sandbox's agent reports to the service's error tree: the
-  agent runs inside the sandbox and is not trusted, so only the codes it may use pass through.
+- a boot's agent is waited for while the boot progresses (``agents.py``, which also connects,
+  rekeys, and translates what agents report).
 """
 
 from __future__ import annotations
@@ -22,48 +19,33 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from corral.config import Settings
 from corral.network.base import Network, Slot, Traffic
 from corral.network.policy import EgressPolicy
-from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
+from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import (
     AgentMount,
     Resources,
     Runtime,
     RuntimeFailure,
-    RuntimeStatus,
     SandboxSpec,
 )
 from corral.service.agent_keys import AgentKeys, new_agent_key
 from corral.service.errors import (
     CorralError,
-    ExecFailed,
-    InvalidRequest,
-    NotFound,
     OperationFailed,
-    StateConflict,
-    TooLarge,
 )
 from corral.service.images import make_private
+from corral.service.sandboxes.agents import AgentLinks, ConnectAgent
 from corral.service.sandboxes.freezer import Freezer
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.storage import Database, SandboxRecord
 
-__all__ = ["AGENT_CODES", "LiveSandboxes", "translate_agent_error"]
+__all__ = ["LiveSandboxes"]
 
 log = logging.getLogger("corral.sandboxes")
-
-ConnectAgent = Callable[[str, Slot], AgentClient]
-
-# A booting sandbox is progressing while it uses at least this share of one CPU over a window of
-# agent_ready_timeout: a boot starved at load 16 on 2 cores still gets about 12 %; a stuck
-# sandbox's idle sentry uses about 2.5 %.
-PROGRESS_CPU_SHARE = 0.05
 
 
 class LiveSandboxes:
@@ -88,9 +70,7 @@ class LiveSandboxes:
         self.policies = policies
         self.freezer = freezer
         self.agent_mount = agent
-        self.connect_agent: ConnectAgent = connect_agent or (
-            lambda _id, slot: AgentClient(slot.host_address)
-        )
+        self.agents = AgentLinks(settings, runtime, connect_agent)
         self.keys = AgentKeys(settings.data_dir / "agent-keys")
         self._slots: dict[str, Slot] = {}
         self._clients: dict[str, AgentClient] = {}
@@ -98,6 +78,12 @@ class LiveSandboxes:
         # that under a burst the started ones are not starved past agent_ready_timeout.
         boots = settings.max_concurrent_boots or 2 * (os.cpu_count() or 1)
         self._boots = asyncio.Semaphore(boots)
+
+    @property
+    def connect_agent(self) -> ConnectAgent:
+        """How this daemon makes an agent client (a test's workspace restarted over the same
+        fakes passes it on)."""
+        return self.agents.connect_agent
 
     def client(self, sandbox_id: str) -> AgentClient | None:
         return self._clients.get(sandbox_id)
@@ -181,17 +167,9 @@ class LiveSandboxes:
             else:
                 key = old_key
                 await self.runtime.restore(self.spec_for(record, rootfs, slot, env), image_dir)
-            client = await self._connect(record.id, slot, key, verb)
+            client = await self.agents.connect(record.id, slot, key, verb)
             if old_key is not None:
-                try:
-                    await client.rekey(
-                        self.keys.issue(record.id),
-                        boot_id=secrets.token_hex(16),
-                        seed=secrets.token_hex(32),
-                    )
-                except BaseException:
-                    await client.aclose()
-                    raise
+                await self.agents.rekey(client, self.keys.issue(record.id))
             self._slots[record.id] = slot
             self._clients[record.id] = client
         except BaseException as exc:
@@ -231,7 +209,7 @@ class LiveSandboxes:
                 )
                 await self.runtime.start(spec)
                 self._slots[sandbox_id] = slot
-                client = await self._connect(sandbox_id, slot, key, "booting build")
+                client = await self.agents.connect(sandbox_id, slot, key, "booting build")
                 self._clients[sandbox_id] = client
                 return client
             except BaseException as exc:
@@ -240,69 +218,6 @@ class LiveSandboxes:
                 if isinstance(exc, CorralError | asyncio.CancelledError):
                     raise
                 raise OperationFailed(f"creating build sandbox {sandbox_id} failed: {exc}") from exc
-
-    async def _connect(self, sandbox_id: str, slot: Slot, key: str, verb: str) -> AgentClient:
-        """A client of the agent just started in ``slot``, once it answers (closed on failure)."""
-        client = self.connect_agent(sandbox_id, slot)
-        client.set_key(key)
-        try:
-            await self._await_agent(sandbox_id, client, verb)
-        except BaseException:
-            await client.aclose()
-            raise
-        return client
-
-    async def _await_agent(self, sandbox_id: str, client: AgentClient, verb: str) -> None:
-        """Wait for a booted sandbox's agent while the sandbox is alive and progressing: each
-        window of ``agent_ready_timeout`` without an answer must have used some CPU, and the
-        whole wait is at most ``agent_ready_limit``. Raise OperationFailed saying which."""
-        window = self.settings.agent_ready_timeout
-        limit = max(self.settings.agent_ready_limit, window)
-        started = time.monotonic()
-        cpu = await self._cpu_seconds(sandbox_id)
-        while True:
-            try:
-                await client.wait_ready(min(window, limit - (time.monotonic() - started)))
-                return
-            except AgentUnavailable as exc:
-                waited = time.monotonic() - started
-                info = await self.runtime.info(sandbox_id)
-                if info.status is not RuntimeStatus.RUNNING:
-                    detail = f": {info.detail}" if info.detail else ""
-                    raise OperationFailed(
-                        f"{verb} sandbox {sandbox_id} failed: it is {info.status.value} after "
-                        f"{waited:.1f} s, before its agent answered{detail}"
-                    ) from exc
-                if waited >= limit - 1e-3:
-                    raise OperationFailed(
-                        f"{verb} sandbox {sandbox_id} failed: its agent did not answer within "
-                        f"{limit:g} s (agent_ready_limit) although the sandbox kept running; "
-                        "its console log (corral logs) may say why"
-                    ) from exc
-                now = await self._cpu_seconds(sandbox_id)
-                if now is None or cpu is None or now - cpu < PROGRESS_CPU_SHARE * window:
-                    used = "no" if now is None or cpu is None else f"{now - cpu:.2f} s of"
-                    raise OperationFailed(
-                        f"{verb} sandbox {sandbox_id} failed: its boot is stuck: the agent did "
-                        f"not answer within {waited:.1f} s and the sandbox used {used} CPU in "
-                        f"the last {window:g} s (agent_ready_timeout)"
-                    ) from exc
-                log.info(
-                    "sandbox %s: agent not up after %.1f s but the boot is progressing "
-                    "(%.2f s of CPU in %g s): waiting on",
-                    sandbox_id,
-                    waited,
-                    now - cpu,
-                    window,
-                )
-                cpu = now
-
-    async def _cpu_seconds(self, sandbox_id: str) -> float | None:
-        try:
-            usage = await self.runtime.usage(sandbox_id)
-        except Exception:  # a sandbox whose cgroup is not readable shows no progress
-            return None
-        return None if usage is None else usage.cpu_seconds
 
     async def detach(self, sandbox_id: str) -> Slot | None:
         """Forget the live side of a sandbox whose runtime has already stopped (after a park):
@@ -346,28 +261,13 @@ class LiveSandboxes:
         except Exception as exc:  # it keeps running, reaching nothing until its policy is set
             log.error("sandbox %s: re-applying its network policy failed: %s", record.id, exc)
         self._slots[record.id] = slot
-        client = self.connect_agent(record.id, slot)
+        client = self.agents.connect_agent(record.id, slot)
         client.set_key(key)
         if image_key is not None:
-            await self._finish_rekey(record.id, client, key, image_key)
+            await self.agents.finish_rekey(record.id, client, key, image_key)
         self._clients[record.id] = client
         log.info("sandbox %s: re-adopted (slot %d)", record.id, slot.index)
         return True
-
-    async def _finish_rekey(
-        self, sandbox_id: str, client: AgentClient, key: str, image_key: str
-    ) -> None:
-        try:
-            if "boot_id" in await client.health():  # only answered in full to the right key
-                return
-            client.set_key(image_key)
-            if "boot_id" in await client.health():
-                await client.rekey(key, boot_id=secrets.token_hex(16), seed=secrets.token_hex(32))
-                log.info("sandbox %s: finished the rekey an interrupted wake left", sandbox_id)
-                return
-        except AgentError as exc:
-            log.error("sandbox %s: checking its agent key failed: %s", sandbox_id, exc)
-        client.set_key(key)
 
     async def traffic(self, sandbox_id: str) -> Traffic | None:
         """What a live sandbox sent and received in its current slot (None: not live, or its
@@ -450,40 +350,3 @@ class LiveSandboxes:
             if arg.endswith("/py/bin/python3"):
                 return [*argv[: i + 1], "-I", "-S"]
         raise OperationFailed("the injected agent has no interpreter to run snapshot tools with")
-
-
-# The codes a sandbox's agent may answer with (agent/errors.py). The agent runs inside the sandbox
-# and is not trusted: any other code it sends is reported as the daemon's `internal`.
-AGENT_CODES = frozenset(
-    {
-        "bad_request",
-        "is_a_directory",
-        "not_a_directory",
-        "exists",
-        "conflict",
-        "not_found",
-        "permission_denied",
-        "no_space",
-        "exec_failed",
-        "too_large",
-    }
-)
-
-
-def translate_agent_error(sandbox_id: str, exc: AgentError) -> CorralError:
-    """Map an error the agent reported to the service's tree (keeping the agent's code)."""
-    code = getattr(exc, "code", None) or "internal"
-    message = f"sandbox {sandbox_id}: {exc}"
-    if code not in AGENT_CODES:
-        return OperationFailed(message)
-    if code == "not_found":
-        return NotFound(message)
-    if code == "exec_failed":
-        return ExecFailed(message)
-    if code == "conflict":
-        return StateConflict(message)
-    if code == "too_large":
-        return TooLarge(message)
-    if code in {"bad_request", "is_a_directory", "not_a_directory"}:
-        return InvalidRequest(message, code=code)
-    return CorralError(message, code=code)  # exists, permission_denied, no_space

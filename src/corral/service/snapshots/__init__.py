@@ -1,3 +1,5 @@
 """Snapshots: saved sandbox states (memory or files) that new sandboxes restore from; their
 export and import as signed archives (``transfer``, ``export_format``, ``trust``) and the capture
-of a sandbox's changed files (``fs_capture``)."""
+and restore of a sandbox's changed files (``files``, with the in-sandbox tools of
+``fs_capture``).
+"""

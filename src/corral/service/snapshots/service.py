@@ -3,7 +3,7 @@
 A ``memory`` snapshot is a runtime checkpoint taken with the sandbox left running: sandboxes
 restored from it continue with its processes. An ``fs`` snapshot holds only files: those changed
 since the template's image was made (a tar made inside the sandbox) and the list of the image's
-paths that were deleted; restoring boots the template fresh and applies both.
+paths that were deleted; restoring boots the template fresh and applies both (``files.py``).
 
 Images live in ``<data>/snapshots/<name>``, written as ``<name>.partial`` and sealed (see
 ``images.seal_image``); a record stays ``creating`` until its image is sealed, so a crash never
@@ -13,20 +13,15 @@ leaves a snapshot that looks usable but is not.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
-import os
 import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 from corral.config import Settings
 from corral.paths import PathEscape, inside
-from corral.runtime.agent_client import AgentClient, AgentError
 from corral.runtime.base import Runtime, RuntimeFailure
 from corral.service import access
 from corral.service.crash import crash_point
@@ -46,23 +41,26 @@ from corral.service.images import (
     seal_image,
 )
 from corral.service.launch import Launcher
-from corral.service.model import Action, CreateRequest, Operation, refuse_secrets, require_state
+from corral.service.model import (
+    Action,
+    CreateRequest,
+    Operation,
+    SandboxState,
+    refuse_secrets,
+    require_state,
+)
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.live import LiveSandboxes
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SNAPSHOT_OWNER, SecretService
-from corral.service.snapshots import fs_capture
+from corral.service.snapshots.files import FileSnapshots
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, SnapshotRecord
 
 log = logging.getLogger("corral.snapshots")
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-FS_ARCHIVE = "files.tar"
-FS_DELETED = "deleted.json"
-RESTORE_TAR = "/tmp/.corral-restore.tar"
-LIST_FILE = "/tmp/.corral-snapshot.list"
 
 
 def snapshot_owner(name: str) -> str:
@@ -78,57 +76,6 @@ def check_name(name: str) -> str:
             "starting with a letter or digit"
         )
     return name
-
-
-async def run_collect(
-    client: AgentClient, cmd: list[str], sink: Any, what: str, limit: int | None = None
-) -> None:
-    """Run ``cmd`` in the sandbox, writing its stdout to ``sink``; raise with its stderr. With
-    ``limit``, more than ``limit`` bytes of output kill the process and raise OutputTooLarge."""
-    stderr = b""
-    exit_code: int | None = None
-    received = 0
-    pid: int | None = None
-    try:
-        async for event in client.stream_process({"cmd": cmd}):
-            kind = event.get("type")
-            if kind == "start":
-                pid = event.get("pid")
-            elif kind == "stdout":
-                data = base64.b64decode(event["data"])
-                received += len(data)
-                if limit is not None and received > limit:
-                    if isinstance(pid, int):
-                        with contextlib.suppress(AgentError):
-                            await client.signal(pid, "SIGKILL")
-                    raise OutputTooLarge(f"{what}: its output passed {limit} bytes")
-                await asyncio.to_thread(sink.write, data)
-            elif kind == "stderr":
-                stderr = (stderr + base64.b64decode(event["data"]))[-2000:]
-            elif kind == "exit":
-                exit_code = event.get("exit_code")
-    except AgentError as exc:
-        raise OperationFailed(f"{what}: {exc}") from exc
-    if exit_code != 0:
-        raise OperationFailed(
-            f"{what}: {cmd[0]} exited {exit_code}: {stderr.decode(errors='replace').strip()}"
-        )
-
-
-class OutputTooLarge(InvalidRequest):
-    """A command in the sandbox wrote more than the host would take."""
-
-
-def load_deleted(path: Path) -> list[str]:
-    """An fs snapshot's list of deleted paths: absolute sandbox paths (raw bytes, base64)."""
-    try:
-        items = json.loads(path.read_bytes())
-        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            raise ValueError("not a list of strings")
-        paths = [os.fsdecode(fs_capture.check_path(base64.b64decode(i))) for i in items]
-    except (ValueError, fs_capture.BadListing) as exc:
-        raise InvalidRequest(f"the snapshot's list of deleted paths is not valid: {exc}") from exc
-    return paths
 
 
 class SnapshotService:
@@ -160,6 +107,7 @@ class SnapshotService:
         self.creator = creator
         self.secrets = secrets
         self.dir = settings.data_dir / "snapshots"
+        self.files = FileSnapshots(settings, sandboxes, live)
 
     async def start(self) -> None:
         """Drop snapshots whose image was never sealed (a crash while snapshotting)."""
@@ -228,7 +176,7 @@ class SnapshotService:
             template = self.templates.get(source.template)
             record = SnapshotRecord(
                 name=name,
-                state="creating",
+                state=SandboxState.CREATING,
                 kind="fs" if fs_only else "memory",
                 source_id=source.id,
                 template=source.template,
@@ -245,7 +193,7 @@ class SnapshotService:
             self.db.sandboxes.update(sandbox_id, operation=Operation.SNAPSHOTTING)
             try:
                 if fs_only:
-                    await self._capture_files(source, partial)
+                    await self.files.capture(source, partial)
                 else:
                     crash_point(self.settings, "snapshot:before-checkpoint")
                     await self.live.checkpoint(sandbox_id, partial, leave_running=True)
@@ -279,57 +227,6 @@ class SnapshotService:
                 f"of disk and only {free} MiB is free"
             )
 
-    async def _capture_files(self, source: SandboxRecord, partial: Path) -> None:
-        """Tar the files that differ from the sandbox's image, and list the image's deleted
-        paths. The sandbox's upper layer lives in gVisor's filestore, which the host cannot read
-        as a tree, so the lists and the tar are made inside the sandbox, by the daemon's own
-        interpreter (injected read-only, see ``fs_capture``), never the image's tools. Their
-        output is bounded and parsed as hostile: the host compares the listing with its own
-        walk of the image and never joins a path from the sandbox onto a host path."""
-        client = self.sandboxes.agent(source.id, "snapshot")
-        rootfs = self.sandboxes.rootfs_of(source)
-        python = self.live.injected_python()
-        await asyncio.to_thread(partial.mkdir, parents=True)
-        what = f"snapshotting the files of sandbox {source.id}"
-        max_files = self.settings.snapshot_max_files
-        listing = fs_capture.BoundedBuffer()
-        try:
-            await run_collect(
-                client,
-                [*python, "-c", fs_capture.LIST_SCRIPT, str(max_files)],
-                listing,
-                what,
-                limit=fs_capture.listing_limit(max_files),
-            )
-        except OutputTooLarge as exc:
-            raise InvalidRequest(
-                f"cannot snapshot the files of sandbox {source.id}: it holds more than "
-                f"{max_files} files (or its listing passed the limit); remove files or take a "
-                "memory snapshot"
-            ) from exc
-        entries = await asyncio.to_thread(fs_capture.parse_listing, listing.data(), max_files)
-        image = await asyncio.to_thread(fs_capture.walk_image, rootfs)
-        changed, deleted = fs_capture.compare(entries, image)
-        (partial / FS_DELETED).write_text(
-            json.dumps([base64.b64encode(path).decode() for path in deleted])
-        )
-        limit = source.disk_mib * 1024 * 1024 + len(changed) * 2048 + (8 << 20)
-        with await asyncio.to_thread(open, partial / FS_ARCHIVE, "wb") as sink:
-            if changed:
-                await client.write_file(LIST_FILE, b"\0".join(changed), mode=0o600, parents=True)
-                tar = [*python, "-c", fs_capture.TAR_SCRIPT, LIST_FILE]
-                try:
-                    await run_collect(client, tar, sink, what, limit=limit)
-                except OutputTooLarge as exc:
-                    raise InvalidRequest(
-                        f"cannot snapshot the files of sandbox {source.id}: its files came to "
-                        f"more than its {source.disk_mib} MiB disk"
-                    ) from exc
-                with contextlib.suppress(AgentError):
-                    await client.remove(LIST_FILE, False)
-            sink.flush()
-            os.fsync(sink.fileno())
-
     # ------------------------------------------------------------------------- restore
     async def restore(self, name: str, request: CreateRequest) -> SandboxRecord:
         """A new sandbox from a snapshot. A memory snapshot keeps its resources (its processes
@@ -342,7 +239,7 @@ class SnapshotService:
             request.disk_mib = request.disk_mib or snapshot.disk_mib
             record = await self.creator.create(request)
             try:
-                await self._apply_files(record, inside(self.dir, snapshot.image_path))
+                await self.files.apply(record, inside(self.dir, snapshot.image_path))
             except BaseException:
                 await self.sandboxes.kill(record.id)
                 raise
@@ -398,27 +295,3 @@ class SnapshotService:
             if secrets is not None:
                 secrets.forget(record.id)
             raise
-
-    async def _apply_files(self, record: SandboxRecord, image: Path) -> None:
-        client = self.sandboxes.agent(record.id, "restore files into")
-        what = f"restoring files into sandbox {record.id}"
-        archive = image / FS_ARCHIVE
-        deleted = await asyncio.to_thread(load_deleted, image / FS_DELETED)
-        if archive.stat().st_size:
-            await client.write_file(RESTORE_TAR, _read_chunks(archive), mode=0o600, parents=True)
-            await run_collect(
-                client,
-                [*self.live.injected_python(), "-c", fs_capture.EXTRACT_SCRIPT, RESTORE_TAR],
-                fs_capture.BoundedBuffer(),
-                what,
-                limit=1 << 20,
-            )
-        for path in deleted:
-            with contextlib.suppress(AgentError):
-                await client.remove(path, True)
-
-
-async def _read_chunks(path: Path, size: int = 1 << 20) -> Any:
-    with await asyncio.to_thread(open, path, "rb") as handle:
-        while chunk := await asyncio.to_thread(handle.read, size):
-            yield chunk

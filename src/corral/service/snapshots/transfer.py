@@ -66,13 +66,8 @@ from corral.service.snapshots.export_format import (
     parse_manifest,
     write_export,
 )
-from corral.service.snapshots.service import (
-    FS_ARCHIVE,
-    FS_DELETED,
-    SnapshotService,
-    check_name,
-    load_deleted,
-)
+from corral.service.snapshots.files import FS_ARCHIVE, FS_DELETED, load_deleted
+from corral.service.snapshots.service import SnapshotService, check_name
 from corral.service.snapshots.trust import Signer, TrustService, UntrustedExport
 from corral.storage import SandboxRecord, SnapshotRecord
 

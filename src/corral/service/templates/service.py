@@ -36,7 +36,7 @@ from corral.images.cas import ContentStore
 from corral.images.mounts import MountError, unmount
 from corral.service import access
 from corral.service.errors import CapacityExceeded, InvalidRequest, NotFound, StateConflict
-from corral.service.model import LIVE_STATES
+from corral.service.model import LIVE_STATES, SandboxState
 from corral.service.templates.uploads import UploadService
 from corral.storage import Database, TemplateRecord
 from corral.storage.records import TemplatePin
@@ -187,7 +187,7 @@ class TemplateService:
     def pooled_count(self, name: str) -> int:
         """Ready sandboxes waiting in the template's pool."""
         name = canonical_name(name)
-        live = self._db.sandboxes.list(states={"running"})
+        live = self._db.sandboxes.list(states={SandboxState.RUNNING})
         return sum(1 for r in live if r.template == name and r.pooled and not r.operation)
 
     # -- sandboxes ---------------------------------------------------------------------------

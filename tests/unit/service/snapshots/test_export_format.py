@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,9 @@ def manifest_for(image: dict[str, bytes], **extra: Any) -> bytes:
     return json.dumps({**body, **extra}).encode()
 
 
-def archive(members: list[tarfile.TarInfo | tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT):
+def archive(
+    members: Sequence[tarfile.TarInfo | tuple[str, bytes]], fmt: int = tarfile.USTAR_FORMAT
+) -> io.BytesIO:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
         for member in members:

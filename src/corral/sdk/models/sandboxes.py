@@ -1,8 +1,5 @@
-"""Plain data the SDK hands back: sandboxes, processes, files, capacity.
-
-These are light frozen dataclasses built from the daemon's JSON (`from_wire`), independent of the
-daemon's own pydantic schemas so the SDK never imports daemon code. Unknown fields are ignored,
-so a newer daemon that adds fields does not break an older SDK. `to_dict()` gives JSON-ready data.
+"""Sandboxes: what a new one may ask for, one as the daemon records it (its network and open ports),
+its resource samples, and the workspace's capacity.
 """
 
 from __future__ import annotations
@@ -11,27 +8,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from corral.sdk._exec_models import ExecResult, ProcessEvent, _Wire
+from corral.sdk._exec_models import _Wire
 
 __all__ = [
     "Capacity",
-    "ExecResult",
-    "FileInfo",
-    "ImportResult",
     "NetworkChange",
     "NetworkPolicy",
-    "ProcessEvent",
-    "ProcessInfo",
-    "ProjectServiceInfo",
+    "PortInfo",
     "ResourceUsage",
     "SandboxInfo",
     "SandboxMetrics",
-    "SecretAuditEntry",
-    "SecretInfo",
-    "SnapshotInfo",
-    "TemplateInfo",
-    "TrustedKey",
-    "WriteResult",
+    "SandboxOptions",
 ]
 
 
@@ -195,70 +182,6 @@ class SandboxInfo(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessInfo(_Wire):
-    pid: int
-    cmd: list[str]
-    running: bool
-    started_at: float
-    tag: str | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    ended_at: float | None = None
-    pty: bool = False
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> ProcessInfo:
-        return cls(
-            pid=int(data["pid"]),
-            cmd=list(data.get("cmd") or []),
-            running=bool(data.get("running", False)),
-            started_at=float(data.get("started_at", 0.0)),
-            tag=data.get("tag"),
-            exit_code=data.get("exit_code"),
-            signal=data.get("signal"),
-            ended_at=data.get("ended_at"),
-            pty=bool(data.get("pty", False)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class FileInfo(_Wire):
-    name: str
-    path: str
-    type: str
-    size: int
-    mode: int
-    mtime: float
-    target: str | None = None
-
-    @property
-    def is_dir(self) -> bool:
-        return self.type == "dir"
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> FileInfo:
-        return cls(
-            name=str(data.get("name", "")),
-            path=str(data.get("path", "")),
-            type=str(data.get("type", "other")),
-            size=int(data.get("size", 0)),
-            mode=int(data.get("mode", 0)),
-            mtime=float(data.get("mtime", 0.0)),
-            target=data.get("target"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult(_Wire):
-    path: str
-    size: int
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> WriteResult:
-        return cls(path=str(data.get("path", "")), size=int(data.get("size", 0)))
-
-
-@dataclass(frozen=True, slots=True)
 class ResourceUsage(_Wire):
     total: float
     reserved: float
@@ -289,211 +212,6 @@ class Capacity(_Wire):
             memory=ResourceUsage.from_wire(data.get("memory") or {}),
             disk=ResourceUsage.from_wire(data.get("disk") or {}),
             cpu_overcommit=int(data.get("cpu_overcommit", 1)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TemplateInfo(_Wire):
-    """A template: image, defaults (cpu, memory, disk, env, workdir, user, start command),
-    ceilings (`max_*`, None = the workspace's), layers and the live sandboxes using it."""
-
-    name: str
-    image: str = ""
-    cpu: float = 0.0
-    memory_mib: int = 0
-    disk_mib: int = 0
-    created_at: float = 0.0
-    source: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    user: str | None = None
-    start_cmd: list[str] | None = None
-    max_cpu: float | None = None
-    max_memory_mib: int | None = None
-    max_disk_mib: int | None = None
-    warmup: str | None = None
-    warm: bool = False
-    pool: int = 0
-    warm_ready: bool = False
-    pool_ready: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-    layers: list[str] = field(default_factory=list)
-    used_by: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> TemplateInfo:
-        return cls(
-            name=str(data["name"]),
-            image=str(data.get("image", "")),
-            cpu=float(data.get("cpu", 0.0)),
-            memory_mib=int(data.get("memory_mib", 0)),
-            disk_mib=int(data.get("disk_mib", 0)),
-            created_at=float(data.get("created_at", 0.0)),
-            source=str(data.get("source") or ""),
-            env=dict(data.get("env") or {}),
-            workdir=data.get("workdir"),
-            user=data.get("user"),
-            start_cmd=data.get("start_cmd"),
-            max_cpu=data.get("max_cpu"),
-            max_memory_mib=data.get("max_memory_mib"),
-            max_disk_mib=data.get("max_disk_mib"),
-            warmup=data.get("warmup"),
-            warm=bool(data.get("warm", False)),
-            pool=int(data.get("pool") or 0),
-            warm_ready=bool(data.get("warm_ready", False)),
-            pool_ready=int(data.get("pool_ready") or 0),
-            labels=dict(data.get("labels") or {}),
-            layers=list(data.get("layers") or []),
-            used_by=list(data.get("used_by") or []),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotInfo(_Wire):
-    """A saved sandbox state that `create(snapshot=name)` restores from, any number of times.
-
-    `kind` is `memory` (processes included) or `fs` (files only); `source_id` is the sandbox it
-    was taken from; `size_mib` the disk it takes."""
-
-    name: str
-    kind: str = "memory"
-    source_id: str = ""
-    template: str = ""
-    cpu: float = 0.0
-    memory_mib: int = 0
-    disk_mib: int = 0
-    size_mib: int = 0
-    created_at: float = 0.0
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> SnapshotInfo:
-        return cls(
-            name=str(data["name"]),
-            kind=str(data.get("kind", "memory")),
-            source_id=str(data.get("source_id", "")),
-            template=str(data.get("template", "")),
-            cpu=float(data.get("cpu", 0.0)),
-            memory_mib=int(data.get("memory_mib", 0)),
-            disk_mib=int(data.get("disk_mib", 0)),
-            size_mib=int(data.get("size_mib", 0)),
-            created_at=float(data.get("created_at", 0.0)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ImportResult(_Wire):
-    """What an imported file held: a parked sandbox (`kind == "sandbox"`) or a snapshot."""
-
-    kind: str
-    sandbox: SandboxInfo | None = None
-    snapshot: SnapshotInfo | None = None
-    signer: str | None = None  # the trusted key's name; None for an fs-only untrusted import
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> ImportResult:
-        sandbox = data.get("sandbox")
-        snapshot = data.get("snapshot")
-        signer = data.get("signer") or {}
-        return cls(
-            kind=str(data.get("kind", "")),
-            sandbox=SandboxInfo.from_wire(sandbox) if sandbox else None,
-            snapshot=SnapshotInfo.from_wire(snapshot) if snapshot else None,
-            signer=signer.get("name"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectServiceInfo(_Wire):
-    """A project service: sandboxes in a project mode resolve `name` and reach `address`
-    on `ports` (`corral service add`); with `sandbox_id`, a port of that sandbox."""
-
-    name: str
-    address: str
-    ports: list[int] = field(default_factory=list)
-    created_at: float = 0.0
-    sandbox_id: str | None = None  # a port of this sandbox (`address` is then virtual)
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> ProjectServiceInfo:
-        return cls(
-            name=str(data["name"]),
-            address=str(data["address"]),
-            ports=[int(p) for p in data.get("ports") or []],
-            created_at=float(data.get("created_at", 0.0)),
-            sandbox_id=data.get("sandbox_id"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TrustedKey(_Wire):
-    """A signer whose exports this workspace restores with memory (`corral trust add`)."""
-
-    name: str
-    public_key: str
-    created_at: float = 0.0
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> TrustedKey:
-        return cls(
-            name=str(data["name"]),
-            public_key=str(data["public_key"]),
-            created_at=float(data.get("created_at", 0.0)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SecretInfo(_Wire):
-    """A brokered secret as the daemon lists it: never its value (`corral secret ls`)."""
-
-    name: str
-    preset: str
-    hosts: list[str] = field(default_factory=list)
-    header: str | None = None
-    scheme: str | None = None
-    query: bool = True
-    body: bool = False
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    last_used_at: float | None = None
-    sandboxes: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> SecretInfo:
-        return cls(
-            name=str(data["name"]),
-            preset=str(data.get("preset", "")),
-            hosts=[str(h) for h in data.get("hosts") or []],
-            header=data.get("header"),
-            scheme=data.get("scheme"),
-            query=bool(data.get("query", True)),
-            body=bool(data.get("body", False)),
-            created_at=float(data.get("created_at", 0.0)),
-            updated_at=float(data.get("updated_at", 0.0)),
-            last_used_at=data.get("last_used_at"),
-            sandboxes=[str(s) for s in data.get("sandboxes") or []],
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SecretAuditEntry(_Wire):
-    """One injection of a secret by the broker (`corral secret log`)."""
-
-    at: float
-    sandbox_id: str
-    secret: str
-    host: str
-    method: str
-    path: str
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> SecretAuditEntry:
-        return cls(
-            at=float(data["at"]),
-            sandbox_id=str(data["sandbox_id"]),
-            secret=str(data["secret"]),
-            host=str(data["host"]),
-            method=str(data["method"]),
-            path=str(data["path"]),
         )
 
 

@@ -1,0 +1,237 @@
+"""One generation of a gVisor sandbox, and what a checkpoint image says of the one it was taken in.
+
+A sandbox runs as one runsc container at a time; every start and every restore makes a new
+*generation* (``GVisorRuntime`` decides when): ``Generations.boot`` makes its ext4 disk backing
+gVisor's root overlay (sized with ``disk_headroom_mib``), the sized root the agent moves onto, its
+``/tmp``, cpuset, OCI config and console, runs or restores the container and lifts the host
+cgroup's memory limit by ``memory_headroom_mib``; ``Generations.drop`` removes one container,
+its cgroups and disk.
+
+A checkpoint image records the layout it was taken in (``mark_image``): ``TMP_ON_DISK_MARKER``
+(``/tmp`` was an overlaid bind mount on the disk) and ``DISK_ROOT_MARKER`` (the sized root's MiB,
+which the image's memory holds: it restores only into a disk of that size, ``wants_disk_root``).
+
+Locking: none; ``GVisorRuntime``'s callers serialize calls for one sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from pathlib import Path
+
+from .base import SandboxSpec
+from .bundle import DiskRoot, render_config, write_config
+from .cgroups import SandboxCgroups
+from .console import mount_console, trim_console
+from .disk import create_disk, remove_disk
+from .layout import SandboxPaths, SandboxRecord
+from .runsc import NetworkMode, RunscError, RunscRunner
+
+__all__ = [
+    "DISK_ROOT_MARKER",
+    "TMP_ON_DISK_MARKER",
+    "Generations",
+    "disk_headroom_mib",
+    "fsync_tree",
+    "mark_image",
+    "memory_headroom_mib",
+    "wants_disk_root",
+]
+
+# In a checkpoint image: its sandbox had /tmp on its disk (an overlaid bind mount). Images
+# without it (older ones) restore into the layout they were taken in, /tmp as gVisor's tmpfs.
+TMP_ON_DISK_MARKER = "corral-tmp-on-disk"
+# In a checkpoint image: its sandbox ran on a sized root of the MiB this file holds. Its size is
+# in the image's memory, so it restores only into a disk of that size; images without it restore
+# onto the image's root, as they were taken.
+DISK_ROOT_MARKER = "corral-disk-root"
+
+
+class Generations:
+    """Boots and drops the generations of every sandbox of one ``GVisorRuntime``.
+
+    Shares the runtime's ``RunscRunner`` and ``SandboxCgroups``; ``console_kib`` bounds each
+    console log. Successive sandboxes' cpusets start on successive host CPUs.
+    """
+
+    def __init__(self, runsc: RunscRunner, cgroups: SandboxCgroups, console_kib: int) -> None:
+        self._runsc = runsc
+        self._cgroups = cgroups
+        self.console_kib = console_kib
+        self._next_cpu = 0  # where the next sandbox's cpuset starts: spreads them over the host
+
+    async def boot(
+        self,
+        spec: SandboxSpec,
+        paths: SandboxPaths,
+        record: SandboxRecord,
+        image_dir: Path | None,
+        stale: list[str] | None = None,
+    ) -> None:
+        """Make the generation ``record.generation`` of the sandbox and start it (or restore
+        ``image_dir`` into it). ``stale`` containers of older generations are removed first."""
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        paths.save(record)  # before runsc hears of the container: destroy can always find it
+        cid = record.current_container
+        gen = record.generation
+        cleanup = [self.drop(paths, c, None) for c in stale or []]
+        # A writable root takes the writes itself: no disk to back gVisor's overlay.
+        disk = (
+            ()
+            if spec.writable_root
+            else (
+                create_disk(
+                    paths.disk_image(gen),
+                    paths.disk_mount(gen),
+                    spec.resources.disk_mib + disk_headroom_mib(spec.resources.disk_mib),
+                ),
+            )
+        )
+        await asyncio.gather(*disk, *cleanup)
+        for old_gen in paths.disk_generations():
+            if old_gen != gen:
+                await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
+        record.container_ids = [cid]
+        paths.save(record)
+        # The sized root holds /tmp like every other path. Without it (a build's writable root
+        # takes its writes itself; an older image keeps the layout it was taken in) /tmp is an
+        # overlaid bind mount whose writes land on the disk.
+        disk_root = None
+        if not spec.writable_root and wants_disk_root(image_dir, spec.resources.disk_mib):
+            disk_root = DiskRoot(paths.disk_root_store(gen), spec.resources.disk_mib)
+            disk_root.store.mkdir(mode=0o700)
+        record.disk_root_mib = disk_root.size_mib if disk_root else None
+        paths.save(record)
+        tmp_on_disk = (
+            not spec.writable_root
+            and disk_root is None
+            and image_dir is not None
+            and (image_dir / TMP_ON_DISK_MARKER).is_file()
+        )
+        tmp_source = None
+        if tmp_on_disk:
+            paths.tmp_lower.mkdir(exist_ok=True)
+            paths.tmp_lower.chmod(0o1777)
+            tmp_source = str(paths.tmp_lower)
+        elif paths.tmp_lower.is_dir():
+            paths.tmp_lower.rmdir()  # it marks a generation with /tmp on disk
+        cpuset = self._pick_cpuset(spec.resources.cpu)
+        if cpuset is not None:
+            self._cgroups.prepare_cpuset()
+        config = render_config(
+            spec,
+            cgroups_path=self._cgroups.path_for(cid),
+            tmp_source=tmp_source,
+            cpuset=cpuset,
+            disk_root=disk_root,
+        )
+        write_config(paths.bundle, config)
+        network = NetworkMode(spec.netns_path)
+        overlay = None if spec.writable_root else paths.disk_mount(gen)
+        await mount_console(paths.console_dir, self.console_kib)
+        log = paths.console_log
+        trim_console(log, self.console_kib)  # room for runsc's own errors
+        if image_dir is None:
+            key = None if spec.agent_key is None else f"{spec.agent_key}\n".encode()
+            await self._runsc.run(
+                cid,
+                paths.bundle,
+                network=network,
+                overlay_dir=overlay,
+                log_path=log,
+                stdin_data=key,
+            )
+        else:
+            await self._runsc.restore(
+                cid,
+                paths.bundle,
+                image_dir,
+                network=network,
+                overlay_dir=overlay,
+                log_path=log,
+                overlay_scope="all" if tmp_on_disk else "root",
+            )
+        status = self._runsc.recorded_state(cid)  # `runsc state` would cost ~25 ms more
+        if status != "running":
+            raise RunscError(f"container {cid} is {status or 'gone'} right after booting")
+        # The sandbox sees (and its agent's OOM killer enforces) its memory; the host cgroup's
+        # killer, which would take the whole sandbox, only acts past a headroom above it.
+        memory = spec.resources.memory_mib
+        limit_mib = memory + memory_headroom_mib(memory)
+        self._cgroups.raise_memory_limit(cid, limit_mib * 1024 * 1024)
+
+    def _pick_cpuset(self, cpu: float) -> str | None:
+        """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them, so that it sees that
+        many (``nproc``); None (all) when it is given as many as the host has. The cpu quota
+        still bounds its time; successive sandboxes start on successive CPUs."""
+        host = sorted(os.sched_getaffinity(0))
+        count = max(1, math.ceil(cpu))
+        if count >= len(host):
+            return None
+        start = self._next_cpu % len(host)
+        self._next_cpu = start + count
+        return ",".join(str(host[(start + i) % len(host)]) for i in range(count))
+
+    async def drop(self, paths: SandboxPaths, cid: str, gen: int | None) -> None:
+        """Delete one runsc container, its cgroups and (if ``gen`` is given) its disk."""
+        await self._runsc.delete_force(cid)
+        self._cgroups.remove(cid)
+        if gen is not None:
+            await remove_disk(paths.disk_image(gen), paths.disk_mount(gen))
+
+
+def wants_disk_root(image_dir: Path | None, disk_mib: int) -> bool:
+    """Whether a generation runs on the sized root: new sandboxes do; a restore does as its image
+    was taken, and only into a disk of the size it was taken with (its memory holds that size)."""
+    if image_dir is None:
+        return True
+    marker = image_dir / DISK_ROOT_MARKER
+    if not marker.is_file():
+        return False
+    taken = int(marker.read_text().strip() or 0)
+    if taken != disk_mib:
+        raise ValueError(
+            f"the memory image in {image_dir} was taken on a {taken} MiB disk and restores only "
+            f"into a disk of that size (asked for {disk_mib} MiB)"
+        )
+    return True
+
+
+def disk_headroom_mib(disk_mib: int) -> int:
+    """ext4 space beyond the sandbox's disk: the file system's own metadata and the image root's
+    few writes, so that the sized root (exactly ``disk_mib``) fills before the ext4 does."""
+    return 16 + disk_mib // 32
+
+
+def memory_headroom_mib(memory_mib: int) -> int:
+    """Host memory a sandbox may use beyond its own: gVisor's own (sentry, page tables) and what
+    a process can allocate between two looks of the in-sandbox OOM killer."""
+    return 64 + memory_mib // 64
+
+
+def fsync_tree(directory: Path) -> None:
+    """fsync every file and directory below ``directory`` (checkpoint images must be durable)."""
+    for dirpath, _dirnames, filenames in os.walk(directory):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def mark_image(image_dir: Path, paths: SandboxPaths, record: SandboxRecord) -> None:
+    """Record in a just-written checkpoint image the layout of the generation it was taken in,
+    then make it durable (``fsync_tree``; blocking: call it in a thread)."""
+    if paths.tmp_lower.is_dir():
+        (image_dir / TMP_ON_DISK_MARKER).touch()
+    if record.disk_root_mib is not None:
+        (image_dir / DISK_ROOT_MARKER).write_text(f"{record.disk_root_mib}\n")
+    fsync_tree(image_dir)
