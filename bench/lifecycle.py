@@ -15,7 +15,8 @@ park, wake, snapshot and restore at most 1.3x raw; fork into 10 at most 1.5x raw
 and 10 restores, as many at once as the cores allow) and under 2 s in total for an idle sandbox.
 Each round times raw runsc, then corral, so that load from elsewhere weighs on both alike.
 
-Run: ``.venv/bin/python bench/lifecycle.py [--runs N]`` (root, real runsc).
+Run: ``.venv/bin/python bench/lifecycle.py [--runs N]`` (root, real runsc). With ``--breakdown``,
+the time of each step of corral's path beside raw runsc instead (``lifecycle_breakdown.py``).
 """
 
 from __future__ import annotations
@@ -204,15 +205,32 @@ def measure_workload(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="timed runs per measure (>= 10)")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="time each step of the daemon's path instead"
+    )
+    parser.add_argument(
+        "--workload", choices=list(WORKLOADS), action="append", help="only these (default: all)"
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="with --breakdown: also run a daemon from this checkout's src/ (before/after)",
+    )
     args = parser.parse_args()
     runs = max(1, args.runs)
+    workloads = {k: v for k, v in WORKLOADS.items() if not args.workload or k in args.workload}
+    if args.breakdown:
+        from lifecycle_breakdown import breakdown
+
+        breakdown(runs, workloads, args.baseline_src)
+        return
 
     reap_forever()
     raw = RawRunsc()
     rows: list[tuple[Figures, Figures]] = []
     try:
         with private_daemon() as daemon, Client(daemon.url, daemon.key) as client:
-            for label, hold in WORKLOADS.items():
+            for label, hold in workloads.items():
                 ours, theirs = measure_workload(client, raw, label, hold, runs)
                 rows += [(ours[k], theirs[k]) for k in MEASURES]
     finally:
@@ -228,14 +246,15 @@ def main() -> None:
         )
     by_name = {ours_fig.name: (ours_fig, raw_fig) for ours_fig, raw_fig in rows}
     print()
-    for label in WORKLOADS:
+    for label in workloads:
         for what in ("park", "wake", "snapshot", "restore"):
             ours_fig, raw_fig = by_name[f"{label} {what}"]
             print(ratio_goal_line(f"{label} {what}", ours_fig.p50, raw_fig.p50, 1.3, "raw"))
         ours_fig, raw_fig = by_name[f"{label} fork 10"]
         print(ratio_goal_line(f"{label} fork into 10", ours_fig.p50, raw_fig.p50, 1.5, "raw"))
-    fork10 = by_name["idle fork 10"][0]
-    print(goal_line("idle fork into 10, in total", fork10.p50, 2000, "ms", "issue 14"))
+    if "idle" in workloads:
+        fork10 = by_name["idle fork 10"][0]
+        print(goal_line("idle fork into 10, in total", fork10.p50, 2000, "ms", "issue 14"))
 
 
 if __name__ == "__main__":

@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     dns_upstreams: str = ""
     egress_uplinks: str = ""
     log_level: str = "info"
+    # Answer every API call with a Server-Timing header: the time of each step on its path
+    # (runsc calls, commits, slot and disk handling; corral/timing.py). For benches.
+    server_timing: bool = False
     # The credential broker (docs/secrets.md): the CA bundle upstream certificates are verified
     # against when the broker intercepts a connection (empty: the host's trust store).
     broker_upstream_ca: Path | None = None

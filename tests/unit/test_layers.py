@@ -16,7 +16,7 @@ import corral
 SRC = Path(corral.__file__).parent
 
 # Shared foundations any daemon layer may use; they import nothing of the layers.
-FOUNDATIONS = {"at_rest", "config", "errcodes", "paths"}
+FOUNDATIONS = {"at_rest", "config", "errcodes", "paths", "timing"}
 MECHANISMS = {"runtime", "network", "images", "storage"}
 EDGES = {"api", "cli", "sdk", "mcp", "e2b", "console"}
 

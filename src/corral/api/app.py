@@ -40,6 +40,7 @@ from corral.api.routes import (
     trust,
     workspace,
 )
+from corral.api.timing import ServerTiming
 from corral.config import Settings
 from corral.console import install as install_console
 from corral.e2b import install as install_e2b
@@ -89,6 +90,8 @@ def create_app(
     install_error_handlers(app)
     add_body_limits(app, ws.settings)
     app.add_middleware(Observe, audit=ws.audit, metrics=app.state.metrics)
+    if ws.settings.server_timing:
+        app.add_middleware(ServerTiming)
     app.include_router(health.router)
     app.include_router(openapi_router(app))
     # Every other route needs a key with the route's permission (api/permissions.py).

@@ -15,6 +15,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from corral.timing import phase
+
 from .host_commands import CommandError, run_command
 
 __all__ = ["ConsoleError", "mount_console", "trim_console", "unmount_console"]
@@ -31,7 +33,10 @@ async def mount_console(directory: Path, size_kib: int) -> None:
         return
     options = f"size={size_kib}k,nr_inodes=16,mode=0700,nosuid,nodev,noexec"
     try:
-        await run_command(["mount", "-t", "tmpfs", "-o", options, "corral-console", str(directory)])
+        with phase("console mount"):
+            await run_command(
+                ["mount", "-t", "tmpfs", "-o", options, "corral-console", str(directory)]
+            )
     except CommandError as exc:
         raise ConsoleError(f"mounting the console tmpfs on {directory}: {exc}") from exc
 

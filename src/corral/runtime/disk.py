@@ -16,6 +16,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from corral.timing import phase
+
 from .host_commands import CommandError, run_command
 
 __all__ = ["DiskError", "create_disk", "disk_used_mib", "remove_disk"]
@@ -29,6 +31,11 @@ class DiskError(Exception):
 
 async def create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
     """Make a sparse ext4 image of ``size_mib`` MiB and mount it; undo everything on failure."""
+    with phase("disk create"):
+        await _create_disk(image, mount_point, size_mib)
+
+
+async def _create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
     if size_mib < 8:
         raise DiskError(f"disk of {size_mib} MiB is too small (at least 8 MiB)")
     try:
@@ -50,6 +57,11 @@ async def create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
 
 async def remove_disk(image: Path, mount_point: Path) -> None:
     """Unmount (lazily if busy) and delete the disk. Parts already gone are fine."""
+    with phase("disk remove"):
+        await _remove_disk(image, mount_point)
+
+
+async def _remove_disk(image: Path, mount_point: Path) -> None:
     if os.path.ismount(mount_point):
         try:
             await run_command(["umount", str(mount_point)])

@@ -21,6 +21,8 @@ import math
 import os
 from pathlib import Path
 
+from corral.timing import phase
+
 from .base import SandboxSpec
 from .bundle import DiskRoot, render_config, write_config
 from .cgroups import SandboxCgroups
@@ -127,7 +129,8 @@ class Generations:
             cpuset=cpuset,
             disk_root=disk_root,
         )
-        write_config(paths.bundle, config)
+        with phase("bundle write"):
+            write_config(paths.bundle, config)
         network = NetworkMode(spec.netns_path)
         overlay = None if spec.writable_root else paths.disk_mount(gen)
         await mount_console(paths.console_dir, self.console_kib)
@@ -177,7 +180,8 @@ class Generations:
     async def drop(self, paths: SandboxPaths, cid: str, gen: int | None) -> None:
         """Delete one runsc container, its cgroups and (if ``gen`` is given) its disk."""
         await self._runsc.delete_force(cid)
-        self._cgroups.remove(cid)
+        with phase("cgroup remove"):
+            self._cgroups.remove(cid)
         if gen is not None:
             await remove_disk(paths.disk_image(gen), paths.disk_mount(gen))
 
@@ -234,4 +238,5 @@ def mark_image(image_dir: Path, paths: SandboxPaths, record: SandboxRecord) -> N
         (image_dir / TMP_ON_DISK_MARKER).touch()
     if record.disk_root_mib is not None:
         (image_dir / DISK_ROOT_MARKER).write_text(f"{record.disk_root_mib}\n")
-    fsync_tree(image_dir)
+    with phase("image fsync"):
+        fsync_tree(image_dir)

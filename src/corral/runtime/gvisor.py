@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from corral.timing import phase
+
 from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec, Usage
 from .cgroups import SandboxCgroups
 from .console import ConsoleError, trim_console, unmount_console
@@ -176,11 +178,12 @@ class GVisorRuntime:
             raise RuntimeFailure(f"starting sandbox {spec.sandbox_id}: it already exists")
         record = SandboxRecord(spec.sandbox_id, generation=1)
         record.container_ids = [record.current_container]
-        await self._guarded(
-            f"starting sandbox {spec.sandbox_id}",
-            self._generations.boot(spec, paths, record, image_dir=None),
-            undo=lambda: self._destroy(spec.sandbox_id),
-        )
+        with phase("generation"):
+            await self._guarded(
+                f"starting sandbox {spec.sandbox_id}",
+                self._generations.boot(spec, paths, record, image_dir=None),
+                undo=lambda: self._destroy(spec.sandbox_id),
+            )
 
     async def restore(self, spec: SandboxSpec, image_dir: Path) -> None:
         sandbox_id = spec.sandbox_id
@@ -205,9 +208,10 @@ class GVisorRuntime:
                 record.checkpointed = True
                 paths.save(record)
 
-        await self._guarded(
-            verb, self._generations.boot(spec, paths, record, image_dir, stale), undo=undo
-        )
+        with phase("generation"):
+            await self._guarded(
+                verb, self._generations.boot(spec, paths, record, image_dir, stale), undo=undo
+            )
 
     async def checkpoint(
         self,

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral.timing import phase
+
 from .host_commands import CommandError, run_command, stderr_tail
 from .reaper import reaping
 
@@ -104,13 +106,15 @@ class RunscRunner:
     async def _call(self, args: list[str], *, timeout: float | None = None) -> bytes:
         argv = self._global() + args
         try:
-            result = await run_command(argv, timeout=timeout or self.options.timeout)
+            with phase(f"runsc {args[0]}"):
+                result = await run_command(argv, timeout=timeout or self.options.timeout)
         except CommandError as exc:
             raise RunscError(str(exc), not_found=_is_not_found(str(exc))) from exc
         return result.stdout
 
     async def _boot(
         self,
+        verb: str,
         verb_args: list[str],
         network: NetworkMode,
         log_path: Path,
@@ -128,9 +132,10 @@ class RunscRunner:
                 stdin = _pipe_holding(stdin_data)
             offset = os.fstat(fd).st_size
             try:
-                await run_command(
-                    argv, stdin=stdin, stdout=fd, stderr=fd, timeout=self.options.timeout
-                )
+                with phase(f"runsc {verb}"):
+                    await run_command(
+                        argv, stdin=stdin, stdout=fd, stderr=fd, timeout=self.options.timeout
+                    )
             except CommandError as exc:
                 raise RunscError(_log_tail(log_path, offset) or str(exc)) from exc
         finally:
@@ -152,7 +157,7 @@ class RunscRunner:
         reads ``stdin_data`` (if given) from its stdin."""
         args = [*self._boot_flags(network, overlay_dir), "run", "-detach"]
         argv = [*args, "-bundle", str(bundle), container_id]
-        await self._boot(argv, network, log_path, stdin_data)
+        await self._boot("run", argv, network, log_path, stdin_data)
 
     async def restore(
         self,
@@ -168,7 +173,7 @@ class RunscRunner:
         """``runsc restore -detach``: boot ``container_id`` from a checkpoint image."""
         args = [*self._boot_flags(network, overlay_dir, overlay_scope), "restore", "-detach"]
         args += ["--image-path", str(image_dir), "-bundle", str(bundle), container_id]
-        await self._boot(args, network, log_path)
+        await self._boot("restore", args, network, log_path)
 
     async def state(self, container_id: str) -> dict[str, Any] | None:
         """runsc's state document for the container, or None when runsc has no such container."""

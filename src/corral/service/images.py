@@ -20,6 +20,7 @@ from corral.config import Settings
 from corral.paths import PathEscape, inside
 from corral.runtime.base import Runtime, RuntimeFailure
 from corral.storage import SandboxRecord
+from corral.timing import phase
 
 __all__ = [
     "IMAGE_COMPLETE",
@@ -46,7 +47,8 @@ def image_complete(image_dir: Path | str | None) -> bool:
 
 
 def image_size_mib(image_dir: Path) -> int:
-    total = sum(p.stat().st_size for p in image_dir.rglob("*") if p.is_file())
+    with phase("image size"):
+        total = sum(p.stat().st_size for p in image_dir.rglob("*") if p.is_file())
     return max(1, -(-total // (1024 * 1024)))
 
 
@@ -61,6 +63,11 @@ def fsync_dir(path: Path) -> None:
 def seal_image(partial: Path, final: Path, *, root: Path) -> None:
     """Mark a fully written image complete and move it into place, durably. Both paths must
     resolve inside ``root`` (the images' own directory): nothing outside it is ever replaced."""
+    with phase("image seal"):
+        _seal_image(partial, final, root=root)
+
+
+def _seal_image(partial: Path, final: Path, *, root: Path) -> None:
     partial, final = inside(root, partial), inside(root, final)
     marker = partial / IMAGE_COMPLETE
     with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
@@ -104,7 +111,8 @@ def remove_parked_image(settings: Settings, image_path: Path | str) -> None:
     except PathEscape as exc:
         log.error("not removing image %s: %s", image_path, exc)
         return
-    shutil.rmtree(target, ignore_errors=True)
+    with phase("image remove"):
+        shutil.rmtree(target, ignore_errors=True)
 
 
 async def files_mib(runtime: Runtime, record: SandboxRecord) -> int:

@@ -24,6 +24,7 @@ from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import BrokeredSetup, SecretService
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, TemplateRecord
+from corral.timing import phase
 
 __all__ = ["Launcher"]
 
@@ -167,7 +168,8 @@ class Launcher:
         ``secret_keys``) never go into the boot's configuration: the agent gets them over its
         link. On any failure nothing remains."""
         rootfs = self.templates.image_rootfs(image, template.name)
-        await self.admission.admit([record])
+        with phase("admit"):
+            await self.admission.admit([record])
         self.templates.pin_image(record.id, template, image)
         secret = {k: v for k, v in env.items() if k in record.secret_keys}
         plain = {k: v for k, v in env.items() if k not in secret}
@@ -176,7 +178,8 @@ class Launcher:
                 await self.live.boot(record, rootfs, plain, image_dir=image_dir)
                 client = self.live.require_client(record.id)
                 if image_dir is not None and configure:
-                    await client.set_env(env)
+                    with phase("agent env"):
+                        await client.set_env(env)
                 elif secret:
                     await client.set_env(secret, merge=True)
                 if self.secrets is not None and self.secrets.brokered(record.id):

@@ -6,13 +6,14 @@ daemon or the host. All access is short and synchronous; callers serialize per s
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from corral.storage.apikeys import ApiKeyRepository
 from corral.storage.audit import AuditRepository
@@ -24,6 +25,7 @@ from corral.storage.secrets import SecretRepository
 from corral.storage.snapshots import SnapshotRepository
 from corral.storage.templates import TemplateRepository
 from corral.storage.trusted_keys import TrustedKeyRepository
+from corral.timing import current_phases
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -35,6 +37,17 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.close()
+
+
+def _commit_started(session: Session) -> None:
+    session.info["commit_started"] = time.perf_counter()
+
+
+def _commit_done(session: Session) -> None:
+    started = session.info.pop("commit_started", None)
+    phases = current_phases()
+    if started is not None and phases is not None:
+        phases.add("db commit", (time.perf_counter() - started) * 1000)
 
 
 class Database:
@@ -53,6 +66,9 @@ class Database:
         event.listen(self.engine, "connect", _on_connect)
         self._migrate()
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Each commit's flush and durable write, in the phases of the call that made it.
+        event.listen(self._sessions, "before_commit", _commit_started)
+        event.listen(self._sessions, "after_commit", _commit_done)
         self.sandboxes = SandboxRepository(self._sessions, self.engine)
         self.api_keys = ApiKeyRepository(self._sessions)
         self.templates = TemplateRepository(self._sessions)

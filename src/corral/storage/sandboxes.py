@@ -9,7 +9,7 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, case, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.storage.records import SandboxRecord
@@ -205,6 +205,51 @@ class SandboxRepository:
                 r for r in records if all(r.metadata.get(k) == v for k, v in metadata.items())
             ]
         return records
+
+    def list_in_or_expiring(
+        self, states: AbstractSet[str], expiring_states: AbstractSet[str]
+    ) -> builtins.list[SandboxRecord]:
+        """The records in ``states``, and those in ``expiring_states`` that have an expiry,
+        oldest first (the lifecycle monitor's: a parked sandbox without a TTL needs nothing of
+        it, and thousands of them would otherwise be read every second)."""
+        with self._sessions() as session:
+            query = (
+                select(SandboxRow)
+                .where(
+                    or_(
+                        SandboxRow.state.in_(states),
+                        SandboxRow.state.in_(expiring_states) & SandboxRow.expires_at.isnot(None),
+                    )
+                )
+                .order_by(SandboxRow.created_at)
+            )
+            return [_record(row) for row in session.scalars(query).all()]
+
+    def reserved(
+        self, active_states: AbstractSet[str], image_states: AbstractSet[str]
+    ) -> tuple[float, float, float]:
+        """(cpu, memory MiB, disk MiB) the records reserve, summed in SQL: the records in
+        ``active_states`` their cpu, memory and disk, those in ``image_states`` their image's
+        MiB of disk. No record is read (capacity is asked on every create and import)."""
+        active = SandboxRow.state.in_(active_states)
+        image = func.coalesce(SandboxRow.image_mib, 0)
+        query = select(
+            func.coalesce(func.sum(case((active, SandboxRow.cpu), else_=0.0)), 0.0),
+            func.coalesce(func.sum(case((active, SandboxRow.memory_mib), else_=0)), 0),
+            func.coalesce(
+                func.sum(
+                    case(
+                        (active, SandboxRow.disk_mib),
+                        (SandboxRow.state.in_(image_states), image),
+                        else_=0,
+                    )
+                ),
+                0,
+            ),
+        ).where(SandboxRow.state.in_(set(active_states) | set(image_states)))
+        with self._sessions() as session:
+            cpu, memory, disk = session.execute(query).one()
+        return float(cpu), float(memory), float(disk)
 
     def update(self, sandbox_id: str, **fields: Any) -> SandboxRecord:
         if "metadata" in fields:

@@ -208,10 +208,6 @@ type request struct {
 	agent *Agent
 }
 
-func listen(host string, port int) (net.Listener, error) {
-	return net.Listen("tcp4", net.JoinHostPort(host, strconv.Itoa(port)))
-}
-
 func serve(ln net.Listener, agent *Agent) {
 	server := &http.Server{
 		Handler:           &handler{agent: agent},

@@ -38,6 +38,7 @@ from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SecretService
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord
+from corral.timing import phase
 
 __all__ = ["FORK_CONCURRENCY", "MAX_FORK", "ForkService"]
 
@@ -105,7 +106,8 @@ class ForkService:
                 )
                 for _ in range(count)
             ]
-            await self.admission.admit(children)
+            with phase("admit"):
+                await self.admission.admit(children)
             if self.secrets is not None:
                 for child in children:  # their memory holds the parent's placeholders
                     self.secrets.inherit(child.id, source.id)
@@ -150,7 +152,8 @@ class ForkService:
         except BaseException as exc:
             results = [exc]
         finally:
-            await asyncio.to_thread(shutil.rmtree, image, True)
+            with phase("image remove"):
+                await asyncio.to_thread(shutil.rmtree, image, True)
         made = [r for r in results if isinstance(r, SandboxRecord)]
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:

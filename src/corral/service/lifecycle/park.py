@@ -32,6 +32,7 @@ from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.live import LiveSandboxes
 from corral.service.traffic import traffic_totals
 from corral.storage import Database, SandboxRecord
+from corral.timing import phase
 
 __all__ = ["ParkService", "park_paths"]
 
@@ -89,13 +90,16 @@ class ParkService:
             record = self.sandboxes.get(sandbox_id)
             require_state(record, Action.PARK)
             await self.sandboxes.thaw(sandbox_id)
-            await self.admission.admit_change(
-                dataclasses.replace(record, state=SandboxState.PARKED),
-                f"parking sandbox {sandbox_id}",
-            )
-            await self._check_space(record)
+            with phase("admit"):
+                await self.admission.admit_change(
+                    dataclasses.replace(record, state=SandboxState.PARKED),
+                    f"parking sandbox {sandbox_id}",
+                )
+            with phase("space check"):
+                await self._check_space(record)
             partial, final = park_paths(self.parked_dir, sandbox_id)
-            await asyncio.to_thread(shutil.rmtree, partial, True)
+            with phase("partial remove"):
+                await asyncio.to_thread(shutil.rmtree, partial, True)
             self.db.sandboxes.update(sandbox_id, operation=Operation.PARKING)
             crash_point(self.settings, "park:before-checkpoint")
             try:

@@ -24,6 +24,7 @@ from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.live import LiveSandboxes
 from corral.storage import Database, SandboxRecord
+from corral.timing import phase
 
 __all__ = ["WakeService"]
 
@@ -67,7 +68,8 @@ class WakeService:
             except PathEscape as exc:
                 raise OperationFailed(f"cannot wake sandbox {sandbox_id}: {exc}") from exc
             # From here it reserves cpu and memory like a running sandbox.
-            await self.admission.admit_wake(record)
+            with phase("admit"):
+                await self.admission.admit_wake(record)
             crash_point(self.settings, "wake:before-restore")
             try:
                 rootfs = self.sandboxes.rootfs_of(record)

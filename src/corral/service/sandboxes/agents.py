@@ -32,6 +32,7 @@ from corral.service.errors import (
     StateConflict,
     TooLarge,
 )
+from corral.timing import phase
 
 __all__ = ["AGENT_CODES", "AgentLinks", "ConnectAgent", "translate_agent_error"]
 
@@ -63,7 +64,8 @@ class AgentLinks:
         client = self.connect_agent(sandbox_id, slot)
         client.set_key(key)
         try:
-            await self._await_agent(sandbox_id, client, verb)
+            with phase("agent ready"):
+                await self._await_agent(sandbox_id, client, verb)
         except BaseException:
             await client.aclose()
             raise
@@ -125,7 +127,8 @@ class AgentLinks:
         """Give a restored agent its own ``key``, a new boot id and new randomness (the client is
         closed if that fails)."""
         try:
-            await client.rekey(key, boot_id=secrets.token_hex(16), seed=secrets.token_hex(32))
+            with phase("agent rekey"):
+                await client.rekey(key, boot_id=secrets.token_hex(16), seed=secrets.token_hex(32))
         except BaseException:
             await client.aclose()
             raise

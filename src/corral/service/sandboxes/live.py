@@ -42,6 +42,7 @@ from corral.service.sandboxes.agents import AgentLinks, ConnectAgent
 from corral.service.sandboxes.freezer import Freezer
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.storage import Database, SandboxRecord
+from corral.timing import phase
 
 __all__ = ["LiveSandboxes"]
 
@@ -137,8 +138,13 @@ class LiveSandboxes:
         before anything else. On failure everything this call made is released and
         OperationFailed is raised; the record itself is left to the caller. At most
         ``max_concurrent_boots`` run at once; the others wait their turn first."""
-        async with self._boots:
-            await self._boot(record, rootfs, env, image_dir=image_dir)
+        with phase("boot queue"):
+            await self._boots.acquire()
+        try:
+            with phase("boot"):
+                await self._boot(record, rootfs, env, image_dir=image_dir)
+        finally:
+            self._boots.release()
 
     async def _boot(
         self,
@@ -157,10 +163,13 @@ class LiveSandboxes:
                     f"restoring sandbox {record.id}: the memory image {image_dir} has no agent "
                     "key (it was made by an older corral); make the image again"
                 )
-            slot = await self.network.lease()
+            with phase("slot lease"):
+                slot = await self.network.lease()
             self.db.sandboxes.update(record.id, slot_index=slot.index)
-            await self.network.prepare(slot)
-            await self.policies.attach(record, slot)
+            with phase("slot prepare"):
+                await self.network.prepare(slot)
+            with phase("egress attach"):
+                await self.policies.attach(record, slot)
             if image_dir is None or old_key is None:
                 key = self.keys.issue(record.id)
                 await self.runtime.start(self.spec_for(record, rootfs, slot, env, key))
@@ -228,12 +237,14 @@ class LiveSandboxes:
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.aclose()
-        await self.policies.detach(sandbox_id, keep_names=True)
+        with phase("egress detach"):
+            await self.policies.detach(sandbox_id, keep_names=True)
         return self._slots.pop(sandbox_id, None)
 
     async def release_slot(self, sandbox_id: str, slot: Slot) -> None:
         try:
-            await self.network.release(slot)
+            with phase("slot release"):
+                await self.network.release(slot)
         except Exception as exc:
             log.error("sandbox %s: releasing slot %d failed: %s", sandbox_id, slot.index, exc)
 
@@ -276,7 +287,8 @@ class LiveSandboxes:
         if slot is None:
             return None
         try:
-            return await self.network.traffic(slot)
+            with phase("slot traffic"):
+                return await self.network.traffic(slot)
         except Exception as exc:
             log.error("sandbox %s: reading its traffic counters failed: %s", sandbox_id, exc)
             return None
@@ -302,13 +314,15 @@ class LiveSandboxes:
         (for the restore's rekey); the image is left 0600 files in 0700 dirs (it holds the
         sandbox's memory: its secrets, its agent's key)."""
         try:
-            self.keys.put_in_image(sandbox_id, image_dir)
+            with phase("agent key"):
+                self.keys.put_in_image(sandbox_id, image_dir)
         except (KeyError, OSError) as exc:  # as the runtime's own failures: nothing changed
             raise RuntimeFailure(f"checkpointing sandbox {sandbox_id}: {exc}") from exc
         await self.runtime.checkpoint(
             sandbox_id, image_dir, leave_running=leave_running, defer_cleanup=defer_cleanup
         )
-        await asyncio.to_thread(make_private, image_dir)
+        with phase("image chmod"):
+            await asyncio.to_thread(make_private, image_dir)
 
     async def release_resources(
         self, sandbox_id: str, slot_index: int | None, slot: Slot | None = None

@@ -57,6 +57,7 @@ from corral.service.secrets import SNAPSHOT_OWNER, SecretService
 from corral.service.snapshots.files import FileSnapshots
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord, SnapshotRecord
+from corral.timing import phase
 
 log = logging.getLogger("corral.snapshots")
 
@@ -170,7 +171,8 @@ class SnapshotService:
                 )
             if self.db.snapshots.get(name) is not None:
                 raise StateConflict(f"snapshot {name!r} already exists; remove it or pick another")
-            await self._check_space(source, fs_only)
+            with phase("space check"):
+                await self._check_space(source, fs_only)
             partial, final = inside(self.dir, f"{name}.partial"), inside(self.dir, name)
             self._remove_image(partial)
             template = self.templates.get(source.template)
