@@ -21,6 +21,7 @@ import pytest
 from corral.agent import AGENT_DIR
 from corral.runtime import agent_client
 from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
+from corral.runtime.agent_http import AgentTransportError
 from tests.unit.agent.conftest import LocalAgent
 
 MiB = 1024 * 1024
@@ -557,7 +558,7 @@ async def test_agent_dying_mid_stream_raises_agent_unavailable(agent: LocalAgent
                 # The agent first: killed second, it could still send the exit event.
                 os.kill(agent.pid, signal.SIGKILL)
                 os.killpg(pid, signal.SIGKILL)
-    assert isinstance(info.value.__cause__, httpx.TransportError)
+    assert isinstance(info.value.__cause__, AgentTransportError)
     assert (info.value.code, info.value.status) == ("unavailable", None)
 
 
