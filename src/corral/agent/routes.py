@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from .errors import ApiError, bad_request, os_error
+from .fields import parse_signal, str_dict
 from .files import (
     file_stat,
     list_dir,
@@ -23,7 +24,6 @@ from .files import (
 from .http import LAST_CHUNK, STREAM_HEAD, Connection, chunk, parse_flag, parse_int
 from .keys import authorized, valid_key
 from .process import encode_events
-from .processes import parse_signal, str_dict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
