@@ -205,6 +205,15 @@ class Agent:
             self._remove(proc)
         _close_stdin(proc)
 
+    def forget_delivered(self, proc: Process) -> None:
+        """Drop ``proc`` after its stream delivered the exit event (``forget=true``), if it is
+        still this table's entry for its pid; nothing to answer, so nothing is raised."""
+        with self.lock:
+            if proc.running:
+                return
+            self._remove(proc)
+        _close_stdin(proc)
+
     def _remove(self, proc: Process) -> None:
         # Under self.lock.
         if self.processes.get(proc.pid) is proc:

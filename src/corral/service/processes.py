@@ -6,8 +6,6 @@ sandbox's agent, checks the sandbox may be used, and translates the agent's erro
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -31,7 +29,6 @@ class ProcessService:
         self._sandboxes = sandboxes
         self._wakes = wakes
         self._activity = activity
-        self._background: set[asyncio.Task[None]] = set()
 
     async def _error(self, sandbox_id: str, exc: AgentError) -> CorralError:
         if getattr(exc, "status", None) is None or exc.code == "unavailable":
@@ -56,7 +53,10 @@ class ProcessService:
         self._check(spec)
         self._template_defaults(sandbox_id, spec)
         client = await self._wakes.ready_agent(sandbox_id, "exec in")
-        stream = client.stream_process(spec)
+        # Once the agent has sent the exit event it drops the process and its output (nothing
+        # is left to reconnect to); a stream cut before that leaves it for the client's
+        # reconnect by pid, and the agent's table forgets finished ones when it fills up.
+        stream = client.stream_process(spec, forget=True)
         try:
             first = await anext(stream)
         except AgentError as exc:
@@ -64,33 +64,18 @@ class ProcessService:
             raise await self._error(sandbox_id, exc) from exc
 
         async def events() -> AsyncIterator[Event]:
-            finished = False
             with self._activity.busy(sandbox_id):
                 yield first
                 try:
                     async for event in stream:
                         yield event
-                        finished = event.get("type") == "exit"
                 except AgentError:
                     # The stream broke (sandbox killed or parked); the client reconnects by pid.
                     return
                 finally:
                     await stream.aclose()
-            if finished:
-                # Delivered in full: the agent need not keep this process's output any longer.
-                # In the background, so the caller's stream ends with the exit event.
-                self._forget_later(client, first["pid"])
 
         return events()
-
-    def _forget_later(self, client: AgentClient, pid: int) -> None:
-        async def forget() -> None:
-            with contextlib.suppress(AgentError):
-                await client.forget(pid)
-
-        task = asyncio.get_running_loop().create_task(forget())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def start(self, sandbox_id: str, spec: dict[str, Any]) -> int:
         self._check(spec)

@@ -283,6 +283,18 @@ func (a *Agent) forget(pid int) error {
 	return nil
 }
 
+// forgetDelivered drops p after its stream delivered the exit event (forget=true), if it is
+// still the table's entry for its pid; there is nothing to answer, so nothing to report.
+func (a *Agent) forgetDelivered(p *Process) {
+	if p.running() {
+		return
+	}
+	a.mu.Lock()
+	a.remove(p)
+	a.mu.Unlock()
+	p.closeStdin()
+}
+
 func (a *Agent) remove(p *Process) {
 	if a.processes[p.pid] == p {
 		delete(a.processes, p.pid)
