@@ -13,7 +13,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
-from corral.e2b.rest import find, guarded, iso, require_api_key, workspace_of
+from corral.e2b.bodies import iso
+from corral.e2b.rest import find, guarded, require_api_key, workspace_of
 from corral.service.errors import InvalidRequest
 from corral.service.metrics import SandboxMetrics
 from corral.service.model import SandboxState

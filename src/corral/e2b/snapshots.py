@@ -13,13 +13,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
+from corral.e2b.bodies import json_body, positive_int
 from corral.e2b.rest import (
     WRITES,
     created_body,
     find,
     guarded,
-    json_body,
-    positive_int,
     require_api_key,
     workspace_of,
 )

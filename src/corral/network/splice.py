@@ -59,6 +59,7 @@ class _Pump:
         self.read_end, self.write_end, self.capacity = _pipe()
         self.moved = self.in_pipe = 0
         self.ended = limit == 0
+        self.stopped = False  # set by the loop to stop a thread that drives this pump
 
     @property
     def done(self) -> bool:
@@ -130,10 +131,11 @@ async def _wait(
 
 
 def _drive(pump: _Pump, idle: float | None, stop_fd: int) -> None:
-    """In a thread: move until done, waiting in poll(2); returns early once ``stop_fd`` is
-    readable (the copy was cancelled)."""
+    """In a thread: move until done, waiting in poll(2); returns early once the copy is cancelled
+    (``pump.stopped``, checked between moves: a transfer that never waits stops too; ``stop_fd``
+    readable wakes a wait)."""
     timeout = None if idle is None else idle * 1000
-    while not pump.done:
+    while not pump.done and not pump.stopped:
         if pump.move():
             continue
         read_fd, write_fd = pump.waits_for()
@@ -183,7 +185,7 @@ async def _in_thread(pump: _Pump, idle: float | None) -> bool:
             try:
                 await asyncio.shield(finished)
             except asyncio.CancelledError:
-                cancelled = True
+                cancelled = pump.stopped = True
                 with contextlib.suppress(BlockingIOError):
                     os.write(stop_write, b"\0")
     finally:

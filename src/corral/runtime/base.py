@@ -42,12 +42,15 @@ class AgentMount:
     """How the in-sandbox agent is injected read-only: host paths bind-mounted at private paths.
 
     ``mounts`` maps a host path to a destination inside the sandbox; ``argv`` is the agent's command
-    line as seen inside the sandbox (loader, interpreter, script, flags).
+    line as seen inside the sandbox (loader, interpreter, script, flags). ``tools`` is the command
+    line of the daemon's own interpreter injected beside it (loader, interpreter, ``-I -S``), with
+    which the daemon runs its tools inside the sandbox (files-only snapshots); empty: none.
     """
 
     mounts: tuple[tuple[str, str], ...]
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
+    tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -232,6 +232,39 @@ async def test_a_live_rule_change_cuts_proxied_connections(lab: Lab) -> None:
     assert await lab.fetch(0, WEB, 443, tls_name="api.example.test") == "blocked"
 
 
+async def test_a_live_rule_change_cuts_a_proxied_upload_in_full_flow(lab: Lab) -> None:
+    # 64 MiB pushed through means the proxy has moved far more than splice.THREAD_AFTER (at most
+    # 4 + 32 + 1 MiB of socket buffers and pipe lie between): the copy runs in its own thread.
+    await lab.attach(0, policy("project", allow=("api.example.test",)))
+    assert (await lab.dig(0, "api.example.test"))[1] == [WEB]
+    reader, writer = await lab.connect(0, WEB, 80)
+    block = b"u" * (1 << 20)
+    writer.write(
+        b"POST / HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: %d\r\n\r\n" % (256 << 20)
+    )
+    for _ in range(64):
+        writer.write(block)
+        await writer.drain()
+    await lab.apply(0, policy("project"))
+
+    async def go_on() -> bytes:
+        for _ in range(256 - 64):
+            writer.write(block)
+            await writer.drain()
+        return await reader.read()
+
+    try:  # uncut, the upload would end in a few seconds and the kept-alive answer never close
+        await asyncio.wait_for(go_on(), 30.0)
+        outcome = "answered and closed"
+    except TimeoutError:  # before OSError: it is one
+        outcome = "still open"
+    except OSError:
+        outcome = "cut"
+    assert outcome == "cut"
+    writer.transport.abort()
+    assert await lab.fetch(0, WEB, 80, host="api.example.test") == "blocked"
+
+
 async def test_the_resolver_listens_only_on_the_gateway_and_the_proxy_port_is_closed(
     lab: Lab,
 ) -> None:

@@ -118,6 +118,42 @@ async def test_cancelling_a_threaded_copy_stops_its_thread_before_it_returns() -
         sock.close()
 
 
+async def test_cancelling_a_threaded_copy_that_never_waits_stops_it() -> None:
+    src_peer, src = tcp_pair()
+    dst, dst_peer = tcp_pair()
+    loop = asyncio.get_running_loop()
+    block = os.urandom(1 << 20)
+    received = 0
+    flowing = asyncio.Event()
+
+    async def send_forever() -> None:
+        while True:
+            await loop.sock_sendall(src_peer, block)
+
+    async def drain_forever() -> None:
+        nonlocal received
+        while True:
+            received += len(await loop.sock_recv(dst_peer, 1 << 20))
+            if received > splice.THREAD_AFTER * 2:
+                flowing.set()
+
+    tasks = [asyncio.create_task(send_forever()), asyncio.create_task(drain_forever())]
+    copying = asyncio.create_task(splice.copy(src, dst))
+    await flowing.wait()
+    assert len(threads_of_splice()) == 1
+    copying.cancel()
+    # The bytes keep flowing while the cancellation waits for the thread, which stops between
+    # two moves (wait_for only keeps a broken copy from hanging the suite).
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(copying, 30)
+    assert threads_of_splice() == []
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for sock in (src_peer, src, dst, dst_peer):
+        sock.close()
+
+
 async def test_a_reset_destination_fails_a_threaded_copy() -> None:
     src_peer, src = tcp_pair()
     dst, dst_peer = tcp_pair()

@@ -393,8 +393,6 @@ class LiveSandboxes:
     def injected_python(self) -> list[str]:
         """The daemon's own interpreter as injected read-only into every sandbox (``-I -S``):
         tools run with it never depend on, or trust, the image's programs."""
-        argv = list(self.agent_mount.argv)
-        for i, arg in enumerate(argv):
-            if arg.endswith("/py/bin/python3"):
-                return [*argv[: i + 1], "-I", "-S"]
-        raise OperationFailed("the injected agent has no interpreter to run snapshot tools with")
+        if not self.agent_mount.tools:
+            raise OperationFailed("no interpreter is injected to run snapshot tools with")
+        return list(self.agent_mount.tools)
