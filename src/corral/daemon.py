@@ -45,7 +45,7 @@ def open_workspace(settings: Settings) -> Workspace:
         network, upstreams=settings.dns_upstream_list, internet=settings.egress_allowed
     )
     if settings.agent == "go":
-        agent = go_agent_mount()
+        agent = go_agent_mount(compiled_dir=settings.data_dir / "agent")
     else:
         agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
     workspace = Workspace.build(settings, runtime, network, agent, egress=egress)

@@ -4,12 +4,14 @@ the reservation freed while parked, and nothing lost over repeated cycles."""
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 
 import pytest
 
 from corral import Conflict, Sandbox
-from tests.e2e.conftest import Daemon
+from corral.sdk import Process
+from tests.e2e.conftest import Daemon, running_daemon
 from tests.e2e.workloads import (
     ask_server,
     assert_counting,
@@ -17,6 +19,7 @@ from tests.e2e.workloads import (
     read_count,
     start_counter,
     start_server,
+    wait_until,
 )
 
 
@@ -85,6 +88,62 @@ def test_five_park_wake_cycles_keep_files_and_processes(daemon: Daemon) -> None:
             logged = sbx.files.read("/tmp/log").split()
             assert logged == [str(n).encode() for n in range(1, cycle + 1)]
         assert [p.pid for p in sbx.processes() if p.running] == [counter.pid]
+
+
+def stdout_so_far(process: Process) -> str:
+    return b"".join(e.data for e in process.events(follow=False) if e.type == "stdout").decode()
+
+
+def last_tick(process: Process) -> int:
+    ticks = [int(line.split()[1]) for line in stdout_so_far(process).splitlines()]
+    return max(ticks, default=0)
+
+
+# The agent's own program, as /proc/1/cmdline shows it in the sandbox.
+AGENT_PROGRAMS = {"go": "/.corral/agent/corral-agent", "python": "/.corral/agent/agent.py"}
+
+
+@pytest.mark.parametrize("agent", ["go", "python"])
+def test_each_agent_streams_and_feeds_processes_started_before_the_park(
+    agent: str, tmp_path: Path
+) -> None:
+    """Whichever agent a daemon runs (CORRAL_AGENT), a woken sandbox answers, and a process
+    started before the park keeps its output flowing and its stdin open through that agent.
+    The daemon holds a connection to the agent while it parks, which gVisor resets during the
+    checkpoint; a Go agent whose listener and pipes waited in the runtime's poller then heard
+    none of them after the restore (src/corral/agent/go/listener.go)."""
+    prefix = "cw" + secrets.token_hex(2)
+    # An agent that never answers after the wake fails it within 90 s, saying so, rather than
+    # after the default 300 s of a restore that keeps using CPU (past the test's own timeout).
+    extra = {"CORRAL_AGENT": agent, "CORRAL_AGENT_READY_LIMIT": "90"}
+    with (
+        running_daemon(tmp_path / "data", prefix, extra_env=extra) as daemon,
+        Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=256) as sbx,
+    ):
+        assert AGENT_PROGRAMS[agent] in sbx.files.read("/proc/1/cmdline").decode()
+        ticker = sbx.exec_background(
+            ["sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.1; done"]
+        )
+        echo = sbx.exec_background(
+            ["sh", "-c", "while read line; do echo got:$line; done"], stdin=True
+        )
+        echo.send_stdin("before park\n")
+        wait_until(lambda: stdout_so_far(echo) == "got:before park\n", what="the echo")
+        wait_until(lambda: last_tick(ticker) >= 3, what="the ticker's output")
+
+        ticked_before_park = last_tick(ticker)
+        sbx.park()
+        assert sbx.wake().state == "running"
+
+        assert sbx.exec("echo answers").stdout == "answers\n"
+        wait_until(lambda: last_tick(ticker) > ticked_before_park + 3, what="ticks after the wake")
+        lines = stdout_so_far(ticker).splitlines()
+        assert lines == [f"tick {n}" for n in range(1, len(lines) + 1)]  # one run, nothing lost
+        echo.send_stdin("after wake\n")
+        echo.close_stdin()
+        assert echo.wait().stdout == "got:before park\ngot:after wake\n"
+        ticker.kill()
+        assert ticker.wait().signal == 9
 
 
 def test_wake_of_a_running_sandbox_answers_it_running(daemon: Daemon) -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import secrets
 
 from corral import Sandbox
-from tests.e2e.conftest import free_subnet, leftover_namespaces, start_daemon, stop_daemon
+from tests.e2e.conftest import (
+    Daemon,
+    free_subnet,
+    leftover_namespaces,
+    start_daemon,
+    stop_daemon,
+)
 
 
 def test_restart_readopts_running_sandboxes(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -31,4 +37,51 @@ def test_restart_readopts_running_sandboxes(tmp_path) -> None:  # type: ignore[n
             stop_daemon(second)
     finally:
         stop_daemon(first)
+        assert not leftover_namespaces(prefix)
+
+
+def test_a_sandbox_parked_under_one_agent_wakes_under_the_other(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Changing CORRAL_AGENT keeps every parked sandbox: all sandboxes have both agents mounted
+    (runtime/inject.py), so a memory image restores under either setting and the agent it was
+    checkpointed with runs on; new sandboxes get the agent now set."""
+    prefix = "cx" + secrets.token_hex(2)
+    data = tmp_path / "data"
+    subnet = free_subnet()
+    started: list[Daemon] = []
+
+    def daemon_with(agent: str) -> Daemon:
+        started.append(start_daemon(data, prefix, subnet, extra_env={"CORRAL_AGENT": agent}))
+        return started[-1]
+
+    def agent_of(sbx: Sandbox) -> str:
+        return sbx.files.read("/proc/1/cmdline").decode()
+
+    try:
+        first = daemon_with("python")
+        on_python = Sandbox.create(url=first.url, api_key=first.key, memory_mib=128)
+        sleeper = on_python.exec_background("sleep 1000")
+        assert "/.corral/agent/agent.py" in agent_of(on_python)
+        on_python.park()
+        stop_daemon(first, kill_sandboxes=False)
+
+        second = daemon_with("go")
+        on_python = Sandbox.connect(on_python.id, url=second.url, api_key=second.key)
+        assert on_python.wake().state == "running"
+        assert "/.corral/agent/agent.py" in agent_of(on_python)
+        assert any(p.pid == sleeper.pid and p.running for p in on_python.processes())
+        on_go = Sandbox.create(url=second.url, api_key=second.key, memory_mib=128)
+        assert "/.corral/agent/corral-agent" in agent_of(on_go)
+        on_go.files.write("/tmp/kept.txt", "kept")
+        on_go.park()
+        stop_daemon(second, kill_sandboxes=False)
+
+        third = daemon_with("python")
+        on_go = Sandbox.connect(on_go.id, url=third.url, api_key=third.key)
+        assert on_go.wake().state == "running"
+        assert "/.corral/agent/corral-agent" in agent_of(on_go)
+        assert on_go.files.read("/tmp/kept.txt") == b"kept"
+        assert on_go.exec("echo back").stdout == "back\n"
+    finally:
+        for daemon in reversed(started):
+            stop_daemon(daemon)
         assert not leftover_namespaces(prefix)

@@ -229,6 +229,17 @@ class Connection:
         self.query: dict[str, str] = {}
         self.body: RequestBody | None = None
 
+    def peer_closed(self) -> bool:
+        """Whether the client has closed its end (its FIN has arrived): a peek that never
+        blocks. A write to such a socket may still succeed, so this is how a stream tells that
+        its last bytes had nobody to read them."""
+        try:
+            return self.connection.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
     def handle(self) -> None:
         try:
             self.connection.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)

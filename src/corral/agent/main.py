@@ -17,9 +17,10 @@ import sys
 import threading
 
 from .disk_root import drop_sys_admin, enter_disk_root, has_sys_admin
+from .fields import ENV_PREFIX
 from .http import Server
 from .keys import read_boot_key
-from .processes import ENV_PREFIX, Agent
+from .processes import Agent
 from .routes import VERSION, Handler
 
 DEFAULT_PORT = 49983

@@ -4,7 +4,8 @@ Threads:
 - reaper: the only caller of ``waitpid`` in the agent. As PID 1 (or a child subreaper when run
   elsewhere) every orphan in the sandbox becomes our child, so it waits for ``-1`` and matches the
   pid against the process table; unknown pids are orphans and are simply reaped;
-- pipe readers: one per open output pipe, taken from a pool of reused threads (``PumpPool``),
+- pipe readers: one per open output pipe, taken from a pool of reused threads (``PumpPool``,
+  in ``workers.py`` with ``Deadlines``; a request's fields are read by ``fields.py``),
   started on demand (none ahead: the agent's start is on the critical path of every sandbox
   creation);
 - deadlines: one thread, started with the first timeout, that kills the process groups whose
@@ -20,27 +21,29 @@ holding either.
 from __future__ import annotations
 
 import _signal
-import collections
-import itertools
 import os
 import threading
 import time
 
 from .errors import ApiError, bad_request
+from .fields import (
+    clean_env,
+    default_shell,
+    json_size,
+    parse_winsize,
+    run_as,
+    str_dict,
+)
 from .files import resolve_path
-from .jsonio import json_dumps
 from .oom import MIB, OomKiller
 from .process import Process
 from .spawn import popen_child, pty_child, set_window_size, spawn_child
+from .workers import Deadlines, PumpPool
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import weakref
-    from typing import Any, BinaryIO
+    from typing import Any
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-ENV_PREFIX = "CORRAL_AGENT_"
-PIPE_READ = 64 * 1024  # a Linux pipe holds 64 KiB, a bigger read gains nothing
 ORPHAN_POLL = 1.0  # with no child of ours alive, how often to look for re-parented orphans
 # Bounds of the process table (each process also keeps at most process.RETAIN_BYTES of output).
 # A full table first forgets its oldest finished, unfollowed processes; with none to forget a
@@ -50,7 +53,6 @@ MAX_PROCESSES = 1024  # processes tracked at once, running or finished and not y
 MAX_TAG_BYTES = 4096  # a process's tag, as JSON
 MAX_CMD_BYTES = 256 * 1024  # a process's argv (or shell string), as JSON
 MAX_TABLE_BYTES = 8 * 1024 * 1024  # tags and argvs of all tracked processes together, as JSON
-MAX_PTY_SIDE = 4096  # rows or columns of a pseudo-terminal
 # A process started with "restart": true (a template's supervised start command) is started
 # again whenever it exits, unless it was stopped by a signal sent through the API: after
 # RESTART_DELAY seconds, doubling up to RESTART_DELAY_MAX while it keeps exiting within
@@ -60,80 +62,10 @@ RESTART_DELAY_MAX = 30.0
 RESTART_STABLE = 10.0
 
 
-def parse_winsize(value: object) -> tuple[int, int]:
-    """``{"rows": R, "cols": C}`` (each 1..4096) as (rows, cols)."""
-    if not isinstance(value, dict):
-        raise bad_request('\'pty\' must be an object {"rows": R, "cols": C}')
-    sides = []
-    for name, default in (("rows", 24), ("cols", 80)):
-        side = value.get(name, default)
-        if isinstance(side, bool) or not isinstance(side, int) or not 1 <= side <= MAX_PTY_SIDE:
-            raise bad_request(f"'pty.{name}' must be an integer from 1 to {MAX_PTY_SIDE}")
-        sides.append(side)
-    return sides[0], sides[1]
-
-
-def default_shell() -> list[str]:
-    """The shell a terminal starts when no command is given: bash if present, else sh."""
-    return ["/bin/bash", "-l"] if os.path.exists("/bin/bash") else ["/bin/sh", "-l"]
-
-
-def parse_signal(value: object) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        name = value.strip().upper()
-        if name.isdigit():
-            return int(name)
-        if not name.startswith("SIG"):
-            name = "SIG" + name
-        import signal  # its enum of names is only needed here
-
-        sig = signal.Signals.__members__.get(name)
-        if sig is not None:
-            return int(sig)
-    raise bad_request(f"unknown signal {value!r}")
-
-
-def clean_env(env: dict[str, str]) -> dict[str, str]:
-    result = {k: v for k, v in env.items() if not k.startswith(ENV_PREFIX)}
-    result.setdefault("PATH", DEFAULT_PATH)
-    result.setdefault("HOME", "/root")
-    return result
-
-
-def str_dict(value: object, what: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise bad_request(f"'{what}' must be an object of strings")
-    return value
-
-
-def _json_size(value: object, what: str, limit: int) -> int:
-    try:
-        size = len(json_dumps(value))
-    except (TypeError, ValueError):
-        raise bad_request(f"{what} must be JSON") from None
-    if size > limit:
-        raise ApiError(
-            413, "too_large", f"{what} is {size} bytes as JSON; at most {limit} bytes are kept"
-        )
-    return size
-
-
 def _close_stdin(proc: Process) -> None:
     with proc.stdin_lock:
         if proc.child.stdin is not None:
             proc.child.stdin.close()
-
-
-def _pwd() -> Any:
-    import pwd
-
-    return pwd
 
 
 class Agent:
@@ -273,6 +205,15 @@ class Agent:
             self._remove(proc)
         _close_stdin(proc)
 
+    def forget_delivered(self, proc: Process) -> None:
+        """Drop ``proc`` after its stream delivered the exit event (``forget=true``), if it is
+        still this table's entry for its pid; nothing to answer, so nothing is raised."""
+        with self.lock:
+            if proc.running:
+                return
+            self._remove(proc)
+        _close_stdin(proc)
+
     def _remove(self, proc: Process) -> None:
         # Under self.lock.
         if self.processes.get(proc.pid) is proc:
@@ -316,8 +257,8 @@ class Agent:
                 raise bad_request("'cmd' must be a non-empty list of strings")
             argv = list(cmd)
         tag = spec.get("tag")
-        cost = _json_size(argv if shell is None else shell, "'cmd'", MAX_CMD_BYTES)
-        cost += _json_size(tag, "'tag'", MAX_TAG_BYTES)
+        cost = json_size(argv if shell is None else shell, "'cmd'", MAX_CMD_BYTES)
+        cost += json_size(tag, "'tag'", MAX_TAG_BYTES)
         extra_env = str_dict(spec.get("env"), "env")
         timeout = spec.get("timeout")
         if timeout is not None and (
@@ -332,7 +273,7 @@ class Agent:
         user_args: dict[str, Any] = {}
         user = spec.get("user")
         if user is not None:
-            user_args = self._user_args(user, program, env)
+            user_args = run_as(user, program, env)
         env.update(extra_env)
         if winsize is not None:
             env.setdefault("TERM", "xterm-256color")
@@ -414,125 +355,3 @@ class Agent:
                     f"cannot resize the terminal of process {proc.pid}: {exc.strerror}",
                 ) from None
             proc.winsize = (rows, cols)
-
-    @staticmethod
-    def _user_args(user: object, program: str, env: dict[str, str]) -> dict[str, Any]:
-        try:
-            if (isinstance(user, int) and not isinstance(user, bool)) or (
-                isinstance(user, str) and user.isdigit()
-            ):
-                uid = int(user)
-                try:
-                    entry = _pwd().getpwuid(uid)
-                except KeyError:
-                    return {"user": uid, "group": uid, "extra_groups": []}
-            elif isinstance(user, str):
-                entry = _pwd().getpwnam(user)
-            else:
-                raise bad_request("'user' must be a user name or uid")
-        except KeyError:
-            raise ApiError(
-                400, "exec_failed", f"cannot execute {program!r}: unknown user {user!r}"
-            ) from None
-        env["HOME"] = entry.pw_dir
-        env["USER"] = env["LOGNAME"] = entry.pw_name
-        groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
-        return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": groups}
-
-
-class PumpPool:
-    """Threads that read child pipes into event logs, kept for reuse.
-
-    ``idle`` (under ``lock``) counts workers that wait for a job or are about to; ``submit`` takes
-    one of them or starts a new worker before queueing, so every queued job has a worker. Up to
-    ``keep_idle`` workers stay after their pipe closes; the others end. None is started ahead:
-    a thread starts in well under a millisecond, and an idle sandbox should hold few.
-    """
-
-    def __init__(self, keep_idle: int = 16) -> None:
-        self.jobs: collections.deque[tuple[Process, Any, bytes]] = collections.deque()
-        self.lock = threading.Lock()
-        self.ready = threading.Condition(self.lock)  # a job was queued
-        self.idle = 0
-        self.keep_idle = keep_idle
-
-    def submit(self, proc: Process, pipe: Any, kind: bytes) -> None:
-        """Have ``pipe`` read; raises RuntimeError (nothing queued) when no thread can start."""
-        with self.lock:
-            reuse = self.idle > 0
-            if reuse:
-                self.idle -= 1
-        if not reuse:
-            self._add_worker()
-        with self.lock:
-            self.jobs.append((proc, pipe, kind))
-            self.ready.notify()
-
-    def _add_worker(self) -> None:
-        threading.Thread(target=self._work, name="pipe-reader", daemon=True).start()
-
-    def _work(self) -> None:
-        while True:
-            with self.lock:
-                while not self.jobs:
-                    self.ready.wait()
-                job = self.jobs.popleft()
-            _pump(*job)
-            with self.lock:
-                if self.idle >= self.keep_idle:
-                    return
-                self.idle += 1
-
-
-class Deadlines:
-    """One thread that SIGKILLs the process group of each process whose timeout ran out.
-
-    The heap (under ``cond``) holds weak references, so a forgotten process is not kept alive by a
-    distant deadline; deadlines are on the monotonic clock.
-    """
-
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.heap: list[tuple[float, int, weakref.ref[Process]]] = []
-        self.order = itertools.count()
-        self.started = False  # the thread starts with the first deadline
-
-    def add(self, seconds: float, proc: Process) -> None:
-        import heapq
-        import weakref
-
-        with self.cond:
-            if not self.started:
-                threading.Thread(target=self._run, name="deadlines", daemon=True).start()
-                self.started = True
-            entry = (time.monotonic() + seconds, next(self.order), weakref.ref(proc))
-            heapq.heappush(self.heap, entry)
-            if self.heap[0] is entry:
-                self.cond.notify()
-
-    def _run(self) -> None:
-        import heapq
-
-        while True:
-            with self.cond:
-                while not self.heap or self.heap[0][0] > time.monotonic():
-                    self.cond.wait(self.heap[0][0] - time.monotonic() if self.heap else None)
-                proc = heapq.heappop(self.heap)[2]()
-            if proc is not None:
-                proc.on_timeout()  # a no-op once it has finished
-
-
-def _pump(proc: Process, pipe: BinaryIO, kind: bytes) -> None:
-    fd = pipe.fileno()
-    try:
-        while True:
-            try:
-                data = os.read(fd, PIPE_READ)
-            except OSError:
-                break
-            if not data:
-                break
-            proc.append_output(kind, data)
-    finally:
-        pipe.close()
-        proc.pipe_closed()

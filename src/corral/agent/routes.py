@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from .errors import ApiError, bad_request, os_error
+from .fields import parse_signal, str_dict
 from .files import (
     file_stat,
     list_dir,
@@ -23,7 +24,6 @@ from .files import (
 from .http import LAST_CHUNK, STREAM_HEAD, Connection, chunk, parse_flag, parse_int
 from .keys import authorized, valid_key
 from .process import encode_events
-from .processes import parse_signal, str_dict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -91,7 +91,8 @@ class Handler(Connection):
                 follow = parse_flag(self.query, "follow", False)
                 end = None if follow else proc.snapshot_end()
                 self.wfile.write(STREAM_HEAD)  # answer at once even if no event is ready yet
-                return self._stream_events(proc, proc.attach(after), after, end, head=b"")
+                self._stream_events(proc, proc.attach(after), after, end, head=b"")
+                return None
             if action == "stdin" and method == "POST":
                 return self._write_stdin(agent.get(pid))
             if action == "close-stdin" and method == "POST":
@@ -182,15 +183,19 @@ class Handler(Connection):
 
     def _start_process(self) -> None:
         stream = parse_flag(self.query, "stream", False)
+        forget = parse_flag(self.query, "forget", False)
         proc, fid = self.agent.spawn(self.read_json(), follow=stream)
         if fid is None:
             return self.send_json(201, {"pid": proc.pid})
-        self._stream_events(proc, fid, -1, None, head=STREAM_HEAD)
+        delivered = self._stream_events(proc, fid, -1, None, head=STREAM_HEAD)
+        if forget and delivered and not self.peer_closed():
+            self.agent.forget_delivered(proc)
 
     def _stream_events(
         self, proc: Process, fid: int, after: int, end: int | None, head: bytes
-    ) -> None:
-        """Write the events after ``after`` as chunked NDJSON, ``head`` (if any) first."""
+    ) -> bool:
+        """Write the events after ``after`` as chunked NDJSON, ``head`` (if any) first; True
+        once the last one was written, False if the client went away before."""
         cursor = after
         try:
             while True:
@@ -203,9 +208,10 @@ class Handler(Connection):
                     self.wfile.write(head + out)
                     head = b""
                 if done:
-                    return
+                    return True
         except OSError:
             self.close_connection = True  # the client went away mid-stream
+            return False
         finally:
             proc.detach(fid)
 

@@ -76,9 +76,10 @@ def may_change(request: Request) -> bool:
     return key is not None and may(key, Permission("sandboxes", "write"))
 
 
-def require_writer(request: Request) -> None:
+async def require_writer(request: Request) -> None:
     """Refuse a key that may not change sandboxes what changes them or opens them (their envd
-    access token): a viewer, or a key without the ``sandboxes`` scope."""
+    access token): a viewer, or a key without the ``sandboxes`` scope. Async: a plain ``def``
+    dependency would run in a worker thread."""
     authorize(Permission("sandboxes", "write"), request.state.e2b_key)
 
 

@@ -112,13 +112,18 @@ class AgentClient(AgentTransport):
         pid: int = response.json()["pid"]
         return pid
 
-    def stream_process(self, spec: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
-        """Start a process and yield its events from ``start`` to ``exit``.
+    def stream_process(
+        self, spec: dict[str, Any], *, forget: bool = False
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Start a process and yield its events from ``start`` to ``exit``; with ``forget`` the
+        agent drops the process once it has sent the exit event (no ``forget`` call after; a
+        stream cut before that leaves it to reconnect to).
 
         An ``exec_failed`` (or any agent error) is raised by the first iteration, before any event.
         """
         doing = f"starting {spec.get('cmd') or spec.get('shell')!r}"
-        return self._events("POST", "/processes?stream=true", doing, **json_body(spec))
+        url = "/processes?stream=true&forget=true" if forget else "/processes?stream=true"
+        return self._events("POST", url, doing, **json_body(spec))
 
     def events(
         self, pid: int, after: int = -1, follow: bool = True

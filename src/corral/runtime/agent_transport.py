@@ -1,10 +1,15 @@
 """The HTTP link from the daemon to one sandbox's agent: errors, bounded answers, streams.
 
-``AgentTransport`` holds one keep-alive ``httpx.AsyncClient`` to ``http://{host}:{port}`` and
-the agent's key; ``corral.runtime.agent_client.AgentClient`` puts the protocol's calls on it.
+``AgentTransport`` holds kept-alive connections to ``http://{host}:{port}`` and the agent's key;
+``corral.runtime.agent_client.AgentClient`` puts the protocol's calls on it. Unary calls and
+event streams go through ``agent_http.AgentConnections`` (a small HTTP/1.1 client: they are the
+exec path, where httpx and httpcore were a quarter of the daemon's CPU); file transfers and the
+readiness poll through an ``httpx.AsyncClient``. Given a ``transport`` (tests' fakes), every
+call goes through httpx and that transport.
 Here is what every call shares: the timeouts, the cap on what the daemon holds of one answer
 (``MAX_ANSWER_BYTES``), the translation of httpx errors into the exception tree below
-(``raise ... from``; httpx errors never leave this module and ``agent_client``), NDJSON event
+(``raise ... from``; httpx and ``AgentTransportError`` never leave this module and
+``agent_client``), NDJSON event
 streams, and the query-string and JSON encodings of surrogateescape'd paths.
 
 Exceptions::
@@ -17,8 +22,11 @@ Exceptions::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Self
 from urllib.parse import quote_from_bytes
@@ -26,6 +34,7 @@ from urllib.parse import quote_from_bytes
 import httpx
 
 from corral.agent import AGENT_PORT
+from corral.runtime.agent_http import AgentConnections, AgentTransportError, Answer
 
 __all__ = [
     "MAX_ANSWER_BYTES",
@@ -43,6 +52,8 @@ FOLLOW_TIMEOUT = httpx.Timeout(connect=5.0, read=None, write=60.0, pool=30.0)
 # The agent's largest answer, its process list, stays below it (agent/processes.py bounds the
 # table); a bigger one is refused, never buffered.
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
+# The keyword arguments a call may carry to go through AgentConnections: a body given whole.
+_PLAIN = frozenset({"content", "headers"})
 
 
 class AgentError(Exception):
@@ -83,6 +94,14 @@ def json_body(value: Any) -> dict[str, Any]:
     return {"content": json.dumps(value).encode(), "headers": {"Content-Type": "application/json"}}
 
 
+@functools.cache
+def _trusts_nothing() -> ssl.SSLContext:
+    """A TLS context that trusts no certificate, made once per process. The link is plain HTTP
+    and never uses TLS; without a context of its own every client would load the system's CA
+    bundle when made (measured 60-220 ms of CPU each at load 10, on the event loop of a boot)."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 class AgentTransport:
     """The HTTP link to one sandbox's agent, under ``AgentClient``'s protocol methods.
 
@@ -114,11 +133,15 @@ class AgentTransport:
             base_url=self.base_url,
             timeout=unary_timeout,
             transport=transport,
+            verify=_trusts_nothing(),
+            trust_env=False,  # a private link: no proxy or netrc from the daemon's environment
             limits=httpx.Limits(
                 max_connections=None, max_keepalive_connections=16, keepalive_expiry=30.0
             ),
         )
         self._unary_timeout = unary_timeout
+        self._fast = AgentConnections(host, port) if transport is None else None
+        self._auth: dict[str, str] = {}
         self.in_flight = 0
 
     async def __aenter__(self) -> Self:
@@ -128,6 +151,8 @@ class AgentTransport:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._fast is not None:
+            await self._fast.aclose()
         await self._http.aclose()
 
     def sandbox_url(self, port: int) -> str:
@@ -138,6 +163,7 @@ class AgentTransport:
     def set_key(self, key: str) -> None:
         """Send ``key`` (the agent's, hex) from now on."""
         self._http.headers["Authorization"] = f"Bearer {key}"
+        self._auth = {"Authorization": f"Bearer {key}"}
 
     # -- plumbing ----------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -202,6 +228,11 @@ class AgentTransport:
         timeout: httpx.Timeout | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
+        content = kwargs.get("content", b"")
+        if self._fast is not None and isinstance(content, bytes) and kwargs.keys() <= _PLAIN:
+            timeout = timeout or self._unary_timeout
+            headers = {**self._auth, **kwargs.get("headers", {})}
+            return await self._fast_call(method, url, doing, timeout, content, headers)
         try:
             async with self._open(
                 method, url, timeout=timeout or self._unary_timeout, **kwargs
@@ -213,9 +244,88 @@ class AgentTransport:
             raise self._error(doing, response)
         return response
 
+    async def _fast_call(
+        self,
+        method: str,
+        url: str,
+        doing: str,
+        timeout: httpx.Timeout,
+        content: bytes,
+        headers: dict[str, str],
+    ) -> httpx.Response:
+        """``_call`` through ``AgentConnections``: the whole exchange within the timeout's
+        ``read`` (None: unbounded), the answer capped at ``MAX_ANSWER_BYTES``."""
+        assert self._fast is not None
+        self.in_flight += 1
+        try:
+            async with (
+                asyncio.timeout(timeout.read),
+                self._fast.request(
+                    method, url, headers, content, connect_timeout=timeout.connect
+                ) as answer,
+            ):
+                body = await self._fast_body(answer, doing)
+        except TimeoutError:
+            late = TimeoutError(f"no answer within {timeout.read:g} s")
+            raise self._unavailable(doing, late) from None
+        except AgentTransportError as exc:
+            raise self._unavailable(doing, exc) from exc
+        finally:
+            self.in_flight -= 1
+        response = httpx.Response(answer.status, headers=answer.headers, content=body)
+        if response.status_code >= 400:
+            raise self._error(doing, response)
+        return response
+
+    async def _fast_body(self, answer: Answer, doing: str) -> bytes:
+        declared = answer.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+            raise self._too_large(doing, "the agent's answer")
+        parts, size = [], 0
+        async for piece in answer.chunks():
+            size += len(piece)
+            if size > MAX_ANSWER_BYTES:
+                raise self._too_large(doing, "the agent's answer")
+            parts.append(piece)
+        return b"".join(parts)
+
+    async def _fast_events(
+        self, method: str, url: str, doing: str, content: bytes = b"", **kwargs: Any
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """``_events`` through ``AgentConnections``: connected within the follow timeout's
+        ``connect``, then as long as the stream lasts."""
+        assert self._fast is not None
+        headers = {**self._auth, **kwargs.get("headers", {})}
+        self.in_flight += 1
+        try:
+            async with self._fast.request(
+                method, url, headers, content, connect_timeout=FOLLOW_TIMEOUT.connect
+            ) as answer:
+                if answer.status >= 400:
+                    body = await self._fast_body(answer, doing)
+                    raise self._error(doing, httpx.Response(answer.status, content=body))
+                pending = b""
+                async for piece in answer.chunks():
+                    chunk = pending + piece if pending else piece
+                    lines = chunk.split(b"\n")
+                    pending = lines.pop()
+                    if len(pending) > MAX_ANSWER_BYTES:
+                        raise self._too_large(doing, "one event of the agent's stream")
+                    for line in lines:
+                        if line:
+                            yield json.loads(line)
+        except AgentTransportError as exc:
+            raise self._unavailable(doing, exc) from exc
+        finally:
+            self.in_flight -= 1
+
     async def _events(
         self, method: str, url: str, doing: str, **kwargs: Any
     ) -> AsyncGenerator[dict[str, Any], None]:
+        if self._fast is not None and kwargs.keys() <= _PLAIN:
+            async for event in self._fast_events(method, url, doing, **kwargs):
+                yield event
+            return
         try:
             async with self._open(method, url, timeout=FOLLOW_TIMEOUT, **kwargs) as resp:
                 if resp.status_code >= 400:

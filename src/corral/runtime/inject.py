@@ -195,36 +195,50 @@ def build_agent_mount(
         (str(root.py), f"{PREFIX}/py"),
         (str(source), f"{PREFIX}/agent/agent.py"),
     )
-    argv = (
+    tools = (
         f"{PREFIX}/ld.so",
         "--library-path",
         f"{PREFIX}/lib",
         f"{PREFIX}/py/bin/python3",
         "-I",
         "-S",
-        f"{PREFIX}/agent/agent.py",
     )
-    return AgentMount(mounts=mounts, argv=argv)
-
-
-def host_agent_mount(compiled_dir: Path) -> AgentMount:
-    """The agent mount for this host's interpreter and the installed agent (``corral.agent``),
-    built into ``compiled_dir``."""
-    return build_agent_mount(compiled_dir=compiled_dir)
+    return AgentMount(mounts=mounts, argv=(*tools, f"{PREFIX}/agent/agent.py"), tools=tools)
 
 
 GO_AGENT_BINARY = Path(__file__).resolve().parent.parent / "agent" / "go" / "corral-agent"
+GO_AGENT_TARGET = f"{PREFIX}/agent/corral-agent"
 
 
-def go_agent_mount(binary: Path | None = None) -> AgentMount:
+def host_agent_mount(compiled_dir: Path, go_binary: Path | None = None) -> AgentMount:
+    """The Python agent's mount (this host's interpreter and ``corral.agent``, built into
+    ``compiled_dir``), with the Go agent's binary mounted beside it when it is built
+    (``go_agent_mount`` says why)."""
+    python = build_agent_mount(compiled_dir=compiled_dir)
+    path = (go_binary or GO_AGENT_BINARY).resolve()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        return python
+    return AgentMount(
+        mounts=(*python.mounts, (str(path), GO_AGENT_TARGET)), argv=python.argv, tools=python.tools
+    )
+
+
+def go_agent_mount(compiled_dir: Path, binary: Path | None = None) -> AgentMount:
     """The agent mount for the static Go agent (``src/corral/agent/go``, built by
-    ``scripts/setup``): one binary, bind-mounted read-only and run as the sandbox's init. It
-    needs no interpreter, no libraries and nothing else of the host."""
+    ``scripts/setup``): one binary, bind-mounted read-only and run as the sandbox's init; it
+    needs no interpreter and no libraries.
+
+    The Python agent's mounts come along (laid out in ``compiled_dir``), as the Go binary comes
+    along with the Python agent: every sandbox has the same mounts whichever agent runs, so a
+    memory image (park, fork, snapshot, warm template) restores under either setting, its
+    checkpointed agent running on (gVisor's restore needs every mount the checkpoint had and
+    accepts more). The daemon's interpreter also runs its in-sandbox tools (``tools``: files-only
+    snapshots, never the image's programs)."""
     path = (binary or GO_AGENT_BINARY).resolve()
     if not path.is_file() or not os.access(path, os.X_OK):
         raise InjectError(
             f"the Go agent {path} is missing (CORRAL_AGENT=go): run scripts/setup, which "
             "builds it (or scripts/build-agent), or set CORRAL_AGENT=python"
         )
-    target = f"{PREFIX}/agent/corral-agent"
-    return AgentMount(mounts=((str(path), target),), argv=(target,))
+    both = host_agent_mount(compiled_dir, go_binary=path)
+    return AgentMount(mounts=both.mounts, argv=(GO_AGENT_TARGET,), tools=both.tools)

@@ -29,6 +29,38 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Reserved:
+    """What sandbox records reserve: vCPUs, memory MiB, disk MiB."""
+
+    cpu: float = 0.0
+    memory_mib: float = 0.0
+    disk_mib: float = 0.0
+
+    def __sub__(self, other: Reserved) -> Reserved:
+        return Reserved(
+            self.cpu - other.cpu, self.memory_mib - other.memory_mib, self.disk_mib - other.disk_mib
+        )
+
+
+# What a record reserves by state (the model above): the store sums the same in SQL.
+RESERVING_ALL = ACTIVE_STATES
+RESERVING_IMAGE = frozenset({SandboxState.PARKED})
+
+
+def reserved_by(records: list[SandboxRecord]) -> Reserved:
+    """The reservations of ``records``, summed here (the store's ``reserved`` does it in SQL)."""
+    cpu = memory = disk = 0.0
+    for record in records:
+        if record.state in RESERVING_ALL:
+            cpu += record.cpu
+            memory += record.memory_mib
+            disk += record.disk_mib
+        elif record.state in RESERVING_IMAGE:
+            disk += record.image_mib
+    return Reserved(cpu, memory, disk)
+
+
+@dataclass(frozen=True)
 class CapacityReport:
     cpu: Usage
     memory: Usage
@@ -44,16 +76,11 @@ class CapacityModel:
         self.held: dict[str, tuple[float, int, int]] = {}
         """key -> (cpu, memory MiB, disk MiB) reserved outside the sandbox records."""
 
-    def report(self, records: list[SandboxRecord], snapshot_mib: int = 0) -> CapacityReport:
-        cpu = memory = 0.0
-        disk = float(snapshot_mib)
-        for record in records:
-            if record.state in ACTIVE_STATES:
-                cpu += record.cpu
-                memory += record.memory_mib
-                disk += record.disk_mib
-            elif record.state == SandboxState.PARKED:
-                disk += record.image_mib
+    def report(self, reserved: Reserved, snapshot_mib: int = 0) -> CapacityReport:
+        """Totals and reservations: ``reserved`` by the sandbox records (``reserved_by``, or the
+        store's sum), plus snapshots and ``held``."""
+        cpu, memory = reserved.cpu, reserved.memory_mib
+        disk = reserved.disk_mib + float(snapshot_mib)
         for held_cpu, held_memory, held_disk in self.held.values():
             cpu += held_cpu
             memory += held_memory
@@ -68,7 +95,7 @@ class CapacityModel:
 
     def admit(
         self,
-        records: list[SandboxRecord],
+        reserved: Reserved,
         *,
         cpu: float,
         memory_mib: int,
@@ -76,7 +103,7 @@ class CapacityModel:
         snapshot_mib: int = 0,
     ) -> None:
         """Raise CapacityExceeded naming the first resource that does not fit, with numbers."""
-        report = self.report(records, snapshot_mib)
+        report = self.report(reserved, snapshot_mib)
         asks = (
             ("cpu", cpu, report.cpu, "vCPUs"),
             ("memory", memory_mib, report.memory, "MiB"),

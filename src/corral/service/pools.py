@@ -111,13 +111,9 @@ class PoolService:
         connection) is warm before the sandbox is handed out: its owner's first exec is then
         as fast as any other."""
         client = self.sandboxes.agent(record.id, "prime")
-        pid: int | None = None
         with contextlib.suppress(AgentError):
-            async for event in client.stream_process({"cmd": ["true"]}):
-                if event.get("type") == "start":
-                    pid = int(event["pid"])
-            if pid is not None:
-                await client.forget(pid)
+            async for _event in client.stream_process({"cmd": ["true"]}, forget=True):
+                pass
 
     async def claim(self, request: CreateRequest) -> SandboxRecord | None:
         """A pooled sandbox made into the caller's, or None when none fits the request."""

@@ -6,10 +6,8 @@ sandbox's agent, checks the sandbox may be used, and translates the agent's erro
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.service.errors import CorralError, InvalidRequest
@@ -17,6 +15,8 @@ from corral.service.lifecycle.wake import WakeService
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.agents import translate_agent_error
+
+T = TypeVar("T")
 
 Event = dict[str, Any]
 
@@ -29,7 +29,6 @@ class ProcessService:
         self._sandboxes = sandboxes
         self._wakes = wakes
         self._activity = activity
-        self._background: set[asyncio.Task[None]] = set()
 
     async def _error(self, sandbox_id: str, exc: AgentError) -> CorralError:
         if getattr(exc, "status", None) is None or exc.code == "unavailable":
@@ -54,7 +53,10 @@ class ProcessService:
         self._check(spec)
         self._template_defaults(sandbox_id, spec)
         client = await self._wakes.ready_agent(sandbox_id, "exec in")
-        stream = client.stream_process(spec)
+        # Once the agent has sent the exit event it drops the process and its output (nothing
+        # is left to reconnect to); a stream cut before that leaves it for the client's
+        # reconnect by pid, and the agent's table forgets finished ones when it fills up.
+        stream = client.stream_process(spec, forget=True)
         try:
             first = await anext(stream)
         except AgentError as exc:
@@ -62,33 +64,18 @@ class ProcessService:
             raise await self._error(sandbox_id, exc) from exc
 
         async def events() -> AsyncIterator[Event]:
-            finished = False
             with self._activity.busy(sandbox_id):
                 yield first
                 try:
                     async for event in stream:
                         yield event
-                        finished = event.get("type") == "exit"
                 except AgentError:
                     # The stream broke (sandbox killed or parked); the client reconnects by pid.
                     return
                 finally:
                     await stream.aclose()
-            if finished:
-                # Delivered in full: the agent need not keep this process's output any longer.
-                # In the background, so the caller's stream ends with the exit event.
-                self._forget_later(client, first["pid"])
 
         return events()
-
-    def _forget_later(self, client: AgentClient, pid: int) -> None:
-        async def forget() -> None:
-            with contextlib.suppress(AgentError):
-                await client.forget(pid)
-
-        task = asyncio.get_running_loop().create_task(forget())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def start(self, sandbox_id: str, spec: dict[str, Any]) -> int:
         self._check(spec)
@@ -142,11 +129,41 @@ class ProcessService:
 
         return events()
 
-    async def call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
-        """Run one non-streaming agent call (list, get, stdin, close_stdin, signal, forget)."""
+    async def _on_agent(
+        self, sandbox_id: str, action: str, call: Callable[[AgentClient], Awaitable[T]]
+    ) -> T:
+        """One non-streaming call on the sandbox's agent (woken first if it asked for
+        ``auto_wake``), counted as activity, its errors translated."""
         client = await self._wakes.ready_agent(sandbox_id, action)
         self._activity.touch(sandbox_id)
         try:
-            return await getattr(client, method)(*args)
+            return await call(client)
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
+
+    async def list_processes(self, sandbox_id: str) -> list[dict[str, Any]]:
+        return await self._on_agent(sandbox_id, "list processes of", lambda a: a.list_processes())
+
+    async def get_process(
+        self, sandbox_id: str, pid: int, *, action: str = "inspect processes of"
+    ) -> dict[str, Any]:
+        """One process as the agent lists it (``action`` names the call in a refusal)."""
+        return await self._on_agent(sandbox_id, action, lambda a: a.get_process(pid))
+
+    async def send_stdin(
+        self, sandbox_id: str, pid: int, data: bytes, *, action: str = "send input in"
+    ) -> None:
+        await self._on_agent(sandbox_id, action, lambda a: a.send_stdin(pid, data))
+
+    async def close_stdin(self, sandbox_id: str, pid: int) -> None:
+        await self._on_agent(sandbox_id, "close input in", lambda a: a.close_stdin(pid))
+
+    async def signal(self, sandbox_id: str, pid: int, sig: int | str) -> None:
+        """Send ``sig`` (a number or a name such as ``"SIGTERM"``) to the process group."""
+        await self._on_agent(sandbox_id, "signal processes in", lambda a: a.signal(pid, sig))
+
+    async def resize(self, sandbox_id: str, pid: int, rows: int, cols: int) -> None:
+        """Set the terminal size of a process started with a terminal."""
+        await self._on_agent(
+            sandbox_id, "resize a terminal in", lambda a: a.resize(pid, rows, cols)
+        )

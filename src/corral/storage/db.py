@@ -69,7 +69,7 @@ class Database:
         # Each commit's flush and durable write, in the phases of the call that made it.
         event.listen(self._sessions, "before_commit", _commit_started)
         event.listen(self._sessions, "after_commit", _commit_done)
-        self.sandboxes = SandboxRepository(self._sessions)
+        self.sandboxes = SandboxRepository(self._sessions, self.engine)
         self.api_keys = ApiKeyRepository(self._sessions)
         self.templates = TemplateRepository(self._sessions)
         self.snapshots = SnapshotRepository(self._sessions)

@@ -21,6 +21,7 @@ import pytest
 from corral.agent import AGENT_DIR
 from corral.runtime import agent_client
 from corral.runtime.agent_client import AgentClient, AgentError, AgentUnavailable
+from corral.runtime.agent_http import AgentTransportError
 from tests.unit.agent.conftest import LocalAgent
 
 MiB = 1024 * 1024
@@ -266,6 +267,40 @@ async def test_forget_drops_finished_processes_only(agent: LocalAgent) -> None:
         assert (info.value.code, info.value.status) == ("not_found", 404)
     with pytest.raises(AgentError, match="no process"):
         await collect(agent.client.events(pid))
+
+
+async def test_a_stream_with_forget_drops_the_process_once_its_exit_is_sent(
+    agent: LocalAgent,
+) -> None:
+    events = await collect(agent.client.stream_process({"cmd": ["echo", "hi"]}, forget=True))
+    assert [e["type"] for e in events] == ["start", "stdout", "exit"]
+    assert base64.b64decode(events[1]["data"]) == b"hi\n"
+    pid = events[0]["pid"]
+    with pytest.raises(AgentError) as info:
+        await agent.client.get_process(pid)
+    assert (info.value.code, info.value.status) == ("not_found", 404)
+    assert pid not in [p["pid"] for p in await agent.client.list_processes()]
+
+
+async def test_a_stream_with_forget_cut_before_the_exit_keeps_the_process(
+    agent: LocalAgent,
+) -> None:
+    stream = agent.client.stream_process({"shell": "echo ready; exec sleep 30"}, forget=True)
+    start = await anext(stream)
+    assert (await anext(stream))["type"] == "stdout"  # running, and no exit to come yet
+    await stream.aclose()  # the caller went away: it reconnects by pid
+    pid = start["pid"]
+    await agent.client.signal(pid, "KILL")
+    events = await collect(agent.client.events(pid))
+    assert events[-1]["type"] == "exit" and events[-1]["signal"] == signal.SIGKILL
+    assert output_of(events) == b"ready\n"
+    assert (await agent.client.get_process(pid))["running"] is False
+
+
+async def test_a_stream_without_forget_keeps_the_process(agent: LocalAgent) -> None:
+    events = await collect(agent.client.stream_process({"cmd": ["true"]}))
+    info = await agent.client.get_process(events[0]["pid"])
+    assert (info["running"], info["exit_code"]) == (False, 0)
 
 
 async def test_50_mb_of_binary_output_streams_losslessly(agent: LocalAgent, tmp_path: Path) -> None:
@@ -523,7 +558,7 @@ async def test_agent_dying_mid_stream_raises_agent_unavailable(agent: LocalAgent
                 # The agent first: killed second, it could still send the exit event.
                 os.kill(agent.pid, signal.SIGKILL)
                 os.killpg(pid, signal.SIGKILL)
-    assert isinstance(info.value.__cause__, httpx.TransportError)
+    assert isinstance(info.value.__cause__, AgentTransportError)
     assert (info.value.code, info.value.status) == ("unavailable", None)
 
 

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from corral.agent import AGENT_DIR
-from corral.runtime.inject import InjectError, build_agent_mount, compile_agent, elf_interpreter
+from corral.runtime.inject import (
+    InjectError,
+    build_agent_mount,
+    compile_agent,
+    elf_interpreter,
+    go_agent_mount,
+    host_agent_mount,
+)
 
 
 @pytest.fixture
@@ -174,3 +181,26 @@ def test_the_real_agent_builds_and_answers_health(tmp_path: Path) -> None:
         process.wait()
         assert process.stderr is not None
         process.stderr.close()
+
+
+def test_both_agents_get_the_same_mounts_and_the_tools_interpreter(tmp_path: Path) -> None:
+    """Whichever agent runs, a sandbox has the same mounts (a memory image restores under either
+    setting) and the daemon's interpreter for its in-sandbox tools; only the init differs."""
+    binary = tmp_path / "corral-agent"
+    binary.write_bytes(b"\x7fELF")
+    binary.chmod(0o755)
+    python = host_agent_mount(tmp_path / "rt", go_binary=binary)
+    go = go_agent_mount(tmp_path / "rt", binary=binary)
+    assert go.mounts == python.mounts
+    assert (str(binary), "/.corral/agent/corral-agent") in go.mounts
+    assert go.argv == ("/.corral/agent/corral-agent",)
+    assert python.argv[-1] == "/.corral/agent/agent.py"
+    tools = ("/.corral/ld.so", "--library-path", "/.corral/lib", "/.corral/py/bin/python3")
+    assert go.tools == python.tools == (*tools, "-I", "-S")
+
+
+def test_the_python_agent_goes_without_an_unbuilt_go_binary(tmp_path: Path) -> None:
+    mount = host_agent_mount(tmp_path / "rt", go_binary=tmp_path / "absent")
+    assert [d for _, d in mount.mounts if d.endswith("corral-agent")] == []
+    with pytest.raises(InjectError, match="scripts/setup"):
+        go_agent_mount(tmp_path / "rt", binary=tmp_path / "absent")

@@ -208,10 +208,6 @@ type request struct {
 	agent *Agent
 }
 
-func listen(host string, port int) (net.Listener, error) {
-	return net.Listen("tcp4", net.JoinHostPort(host, strconv.Itoa(port)))
-}
-
 func serve(ln net.Listener, agent *Agent) {
 	server := &http.Server{
 		Handler:           &handler{agent: agent},
@@ -564,7 +560,8 @@ func (q *request) routeProcesses(method string, rest []string) error {
 			end = p.snapshotEnd()
 		}
 		q.streamHead()
-		return q.streamEvents(p, p.attach(after), after, end)
+		q.streamEvents(p, p.attach(after), after, end)
+		return nil
 	case action == "stdin" && method == "POST":
 		p, err := agent.get(pid)
 		if err != nil {
@@ -629,6 +626,10 @@ func (q *request) startProcess() error {
 	if err != nil {
 		return err
 	}
+	forget, err := parseFlag(q.query, "forget", false)
+	if err != nil {
+		return err
+	}
 	p, fid, err := q.agent.spawn(body, stream)
 	if err != nil {
 		return err
@@ -638,7 +639,12 @@ func (q *request) startProcess() error {
 		return nil
 	}
 	q.streamHead()
-	return q.streamEvents(p, fid, -1, -2)
+	// The context ends when the client closed the connection: a write to it may still have
+	// succeeded, so the exit event reached nobody and the process stays to reconnect to.
+	if q.streamEvents(p, fid, -1, -2) && forget && q.r.Context().Err() == nil {
+		q.agent.forgetDelivered(p)
+	}
+	return nil
 }
 
 func (q *request) streamHead() {
@@ -651,8 +657,9 @@ func (q *request) streamHead() {
 }
 
 // streamEvents writes the events after `after` (up to end, or following when end is -2) as
-// NDJSON, flushed batch by batch.
-func (q *request) streamEvents(p *Process, fid int, after, end int64) error {
+// NDJSON, flushed batch by batch; true once the last one was written, false if the client went
+// away before.
+func (q *request) streamEvents(p *Process, fid int, after, end int64) bool {
 	defer p.detach(fid)
 	cursor := after
 	flusher, _ := q.w.(http.Flusher)
@@ -660,19 +667,19 @@ func (q *request) streamEvents(p *Process, fid int, after, end int64) error {
 	for {
 		data, next, finished, ok := p.nextBatch(fid, cursor, end, done)
 		if !ok {
-			return nil // the client went away
+			return false // the client went away
 		}
 		cursor = next
 		if len(data) > 0 {
 			if _, err := q.w.Write(data); err != nil {
-				return nil
+				return false
 			}
 			if flusher != nil {
 				flusher.Flush()
 			}
 		}
 		if finished {
-			return nil
+			return true
 		}
 	}
 }

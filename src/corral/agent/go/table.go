@@ -283,6 +283,18 @@ func (a *Agent) forget(pid int) error {
 	return nil
 }
 
+// forgetDelivered drops p after its stream delivered the exit event (forget=true), if it is
+// still the table's entry for its pid; there is nothing to answer, so nothing to report.
+func (a *Agent) forgetDelivered(p *Process) {
+	if p.running() {
+		return
+	}
+	a.mu.Lock()
+	a.remove(p)
+	a.mu.Unlock()
+	p.closeStdin()
+}
+
 func (a *Agent) remove(p *Process) {
 	if a.processes[p.pid] == p {
 		delete(a.processes, p.pid)
@@ -686,9 +698,11 @@ func pipe() (r, w int, err error) {
 	return fds[0], fds[1], nil
 }
 
-// ourEnd wraps the agent's end of a pipe, non-blocking so the runtime's poller serves it.
+// ourEnd wraps the agent's end of a pipe, left blocking: its reader (pump) or writer waits in
+// read(2) or write(2) on a thread of its own, as the Python agent's threads do, never in the
+// runtime's poller, whose registrations from before a checkpoint may never be reported after
+// the restore (listener.go). A PTY's master is blocking likewise.
 func ourEnd(fd int, name string) *os.File {
-	_ = syscall.SetNonblock(fd, true)
 	return os.NewFile(uintptr(fd), name)
 }
 

@@ -4,9 +4,12 @@ package main
 // src/corral/agent/watch.py, whose behaviour this follows: fsnotify's mapping, the agent's own
 // upload temporaries hidden and their rename reported as create + write, recursive watches that
 // follow new directories). Bounds: maxWatches per agent, maxDirs per watch, maxEvents queued.
+//
+// Each watch's reader waits in ppoll(2) on its inotify fd and a wake pipe (closed to stop it),
+// as the Python agent's select does, never in the runtime's poller: listener.go says why (a
+// registration made before a checkpoint may never be reported after the restore).
 
 import (
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,8 +53,9 @@ type Watch struct {
 	events    []watchEvent
 	dropped   int
 	closed    bool
-	file      *os.File
-	fd        int
+	fd        int // the inotify instance (non-blocking); only the reader reads and closes it
+	wakeR     int // the wake pipe: remove closes wakeW, the reader then stops
+	wakeW     int
 	dirs      map[int]string
 	cookies   []uint32
 }
@@ -85,8 +89,13 @@ func (ws *Watches) create(p string, recursive bool) (*Watch, error) {
 			return nil, err
 		}
 	}
+	var wake [2]int
+	if err := syscall.Pipe2(wake[:], syscall.O_CLOEXEC); err != nil {
+		syscall.Close(fd)
+		return nil, newError(409, "conflict", "cannot watch %s: %s", p, strerror(err))
+	}
+	w.wakeR, w.wakeW = wake[0], wake[1]
 	ws.next++
-	w.file = os.NewFile(uintptr(fd), "inotify")
 	ws.table[w.id] = w
 	go w.readForever()
 	return w, nil
@@ -114,7 +123,7 @@ func (ws *Watches) remove(id int) error {
 	w.closed = true
 	w.notify()
 	w.mu.Unlock()
-	w.file.Close()
+	syscall.Close(w.wakeW) // the reader wakes, closes the inotify fd and stops
 	return nil
 }
 
@@ -172,25 +181,56 @@ func (w *Watch) addBelow(p, rel string, found *[]watchEvent) error {
 	return nil
 }
 
+// readForever reads the watch's events until its root is gone, a read fails or remove wakes it.
 func (w *Watch) readForever() {
+	defer func() {
+		syscall.Close(w.fd)
+		syscall.Close(w.wakeR)
+		w.mu.Lock()
+		w.closed = true
+		w.notify()
+		w.mu.Unlock()
+	}()
 	buf := make([]byte, 64*1024)
 	for {
-		n, err := w.file.Read(buf)
-		if err != nil || n <= 0 {
-			w.mu.Lock()
-			w.closed = true
-			w.notify()
-			w.mu.Unlock()
+		readable, woken, err := waitReadable(w.fd, w.wakeR)
+		if err != nil || woken {
 			return
 		}
-		if w.handle(buf[:n]) {
-			w.mu.Lock()
-			w.closed = true
-			w.notify()
-			w.mu.Unlock()
-			w.file.Close()
+		if !readable {
+			continue
+		}
+		n, err := syscall.Read(w.fd, buf)
+		if err == syscall.EAGAIN || err == syscall.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 || w.handle(buf[:n]) {
 			return
 		}
+	}
+}
+
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+const pollIn = 0x1
+
+// waitReadable blocks in ppoll(2) until fd or wake is readable, hung up or in error, and says
+// which. A plain blocking system call: a checkpoint interrupts it and the restore restarts it.
+func waitReadable(fd, wake int) (readable, woken bool, err error) {
+	fds := [2]pollFd{{fd: int32(fd), events: pollIn}, {fd: int32(wake), events: pollIn}}
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 2, 0, 0, 0, 0)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return false, false, errno
+		}
+		return fds[0].revents != 0, fds[1].revents != 0, nil
 	}
 }
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
 from corral.api import schemas
-from corral.api.deps import PrincipalDep, WorkspaceDep, presented_key
+from corral.api.deps import PresentedKeyDep, PrincipalDep, WorkspaceDep
 
 router = APIRouter(prefix="/v1/console", tags=["console"])
 
@@ -21,7 +19,7 @@ router = APIRouter(prefix="/v1/console", tags=["console"])
 async def create_login_token(
     ws: WorkspaceDep,
     key: PrincipalDep,
-    presented: Annotated[str | None, Depends(presented_key)],
+    presented: PresentedKeyDep,
 ) -> schemas.ConsoleLoginToken:
     """A token good for one console login, within a short time, as the calling key (and its
     role); open ``/console/#login=TOKEN`` to use it."""

@@ -1,0 +1,234 @@
+"""A small asyncio HTTP/1.1 client for the daemon's calls to its agents (``AgentClient``).
+
+Why not httpx here: an exec is one request and a short NDJSON stream, and httpx with httpcore
+(request and URL models, auth and redirect layers, the pool's bookkeeping, anyio streams) was
+about a quarter of the daemon's CPU per exec in a py-spy profile. The agent is ours and speaks a
+small, known subset of HTTP/1.1 (``docs/agent-protocol.md``), so this client does only that:
+one request at a time per connection, a body given whole, an answer framed by
+``Content-Length``, ``chunked``, or the connection's end.
+
+Connections are kept alive: one goes back to the idle set only after its answer was read to the
+end (and neither side said ``Connection: close``); an answer left unread closes its connection.
+An idle connection older than ``IDLE_EXPIRY`` or one whose peer has closed it is dropped rather
+than reused. Nothing is retried: a request that failed may have reached the agent.
+
+Bounds (the agent is inside a sandbox, so its answers are hostile input): the answer's head is
+at most ``MAX_HEAD`` bytes, a chunk-size line at most that too; how much body a caller takes is
+the caller's bound (``AgentClient`` caps answers and event lines).
+
+Every failure to connect, send, or read a well-formed answer raises ``AgentTransportError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+__all__ = ["IDLE_EXPIRY", "MAX_HEAD", "AgentConnections", "AgentTransportError", "Answer"]
+
+MAX_HEAD = 64 * 1024
+IDLE_EXPIRY = 30.0
+_READ_PIECE = 64 * 1024
+
+
+class AgentTransportError(Exception):
+    """No well-formed answer: refused, reset, timed out, cut short or malformed."""
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.idle_since = 0.0
+
+    def usable(self, now: float) -> bool:
+        return (
+            now - self.idle_since < IDLE_EXPIRY
+            and not self.writer.is_closing()
+            and not self.reader.at_eof()
+        )
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Answer:
+    """One answer: ``status``, ``headers`` (names lower-cased) and the body, read once with
+    ``chunks()`` or ``read()``. ``complete`` once the body has been read to its end."""
+
+    def __init__(self, connection: _Connection, method: str, status: int, headers: dict[str, str]):
+        self.status = status
+        self.headers = headers
+        self._connection = connection
+        self.complete = False
+        self.reusable = "close" not in headers.get("connection", "").lower()
+        encoding = headers.get("transfer-encoding", "").lower()
+        self._chunked = "chunked" in encoding
+        self._length: int | None = None
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            self._length = 0
+        elif not self._chunked:
+            declared = headers.get("content-length")
+            if declared is not None:
+                if not declared.isdigit():
+                    raise AgentTransportError(f"bad Content-Length {declared!r}")
+                self._length = int(declared)
+            else:
+                self.reusable = False  # framed by the connection's end
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body in pieces as they arrive (never an empty piece)."""
+        reader = self._connection.reader
+        try:
+            if self._chunked:
+                while True:
+                    line = await reader.readuntil(b"\r\n")
+                    size_text = line.split(b";", 1)[0].strip()
+                    try:
+                        size = int(size_text, 16)
+                    except ValueError:
+                        raise AgentTransportError(f"bad chunk size {size_text[:40]!r}") from None
+                    if size == 0:
+                        while await reader.readuntil(b"\r\n") != b"\r\n":
+                            pass  # trailers
+                        break
+                    async for data in _exactly(reader, size):
+                        yield data
+                    if await reader.readexactly(2) != b"\r\n":
+                        raise AgentTransportError("a chunk did not end with CRLF")
+            elif self._length is not None:
+                async for data in _exactly(reader, self._length):
+                    yield data
+            else:
+                while data := await reader.read(_READ_PIECE):
+                    yield data
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            raise AgentTransportError(_describe(exc)) from exc
+        self.complete = True
+
+    async def read(self) -> bytes:
+        return b"".join([piece async for piece in self.chunks()])
+
+
+class AgentConnections:
+    """Kept-alive connections to one agent at ``host``:``port``; usable from any coroutine of
+    one event loop (each request holds its own connection). ``aclose()`` closes them all."""
+
+    def __init__(self, host: str, port: int, *, max_idle: int = 16) -> None:
+        self.host = host
+        self.port = port
+        self.max_idle = max_idle
+        self._idle: list[_Connection] = []
+        self._closed = False
+
+    async def aclose(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    async def _connect(self, connect_timeout: float | None) -> _Connection:
+        now = time.monotonic()
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.usable(now):
+                return connection
+            connection.close()
+        try:
+            async with asyncio.timeout(connect_timeout):
+                reader, writer = await asyncio.open_connection(self.host, self.port, limit=MAX_HEAD)
+        except TimeoutError as exc:
+            raise AgentTransportError(f"connecting timed out after {connect_timeout:g} s") from exc
+        except OSError as exc:
+            raise AgentTransportError(_describe(exc)) from exc
+        return _Connection(reader, writer)
+
+    def _release(self, connection: _Connection) -> None:
+        if self._closed or len(self._idle) >= self.max_idle:
+            connection.close()
+            return
+        connection.idle_since = time.monotonic()
+        self._idle.append(connection)
+
+    @contextlib.asynccontextmanager
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes = b"",
+        *,
+        connect_timeout: float | None = 5.0,
+        head_timeout: float | None = None,
+    ) -> AsyncIterator[Answer]:
+        """Send one request and yield its answer once its head has arrived (within
+        ``head_timeout`` of sending, if given). Read the body inside the block: the connection
+        is kept for the next request only if it was read to the end."""
+        if self._closed:
+            raise AgentTransportError("the client is closed")
+        connection = await self._connect(connect_timeout)
+        answer: Answer | None = None
+        try:
+            lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host}:{self.port}"]
+            lines += [f"{name}: {value}" for name, value in headers.items()]
+            if body or method in ("POST", "PUT"):
+                lines.append(f"Content-Length: {len(body)}")
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            try:
+                connection.writer.write(head + body if len(body) < _READ_PIECE else head)
+                if len(body) >= _READ_PIECE:
+                    connection.writer.write(body)
+                    await connection.writer.drain()
+                async with asyncio.timeout(head_timeout):
+                    answer = await _read_head(connection, method)
+            except TimeoutError as exc:
+                raise AgentTransportError(f"no answer within {head_timeout:g} s") from exc
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                raise AgentTransportError(_describe(exc)) from exc
+            yield answer
+        finally:
+            if answer is not None and answer.complete and answer.reusable:
+                self._release(connection)
+            else:
+                connection.close()
+
+
+async def _exactly(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
+    """``size`` bytes in pieces as they arrive: a chunk's declared size is never buffered whole."""
+    while size:
+        data = await reader.read(min(size, _READ_PIECE))
+        if not data:
+            raise AgentTransportError("the connection closed in the middle of an answer")
+        size -= len(data)
+        yield data
+
+
+async def _read_head(connection: _Connection, method: str) -> Answer:
+    while True:
+        raw = await connection.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise AgentTransportError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
+        status = int(code)
+        if status == 100:
+            continue  # 100 Continue: the real answer follows
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line:
+                name, sep, value = line.partition(":")
+                if not sep:
+                    raise AgentTransportError(f"a malformed header line: {line[:80]!r}")
+                headers[name.strip().lower()] = value.strip()
+        return Answer(connection, method, status, headers)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return "the connection closed in the middle of an answer"
+    if isinstance(exc, asyncio.LimitOverrunError):
+        return f"an answer's head or chunk line passed {MAX_HEAD} bytes"
+    return str(exc) or type(exc).__name__
