@@ -113,7 +113,9 @@ def test_each_agent_streams_and_feeds_processes_started_before_the_park(
     checkpoint; a Go agent whose listener and pipes waited in the runtime's poller then heard
     none of them after the restore (src/corral/agent/go/listener.go)."""
     prefix = "cw" + secrets.token_hex(2)
-    extra = {"CORRAL_AGENT": agent}
+    # An agent that never answers after the wake fails it within 90 s, saying so, rather than
+    # after the default 300 s of a restore that keeps using CPU (past the test's own timeout).
+    extra = {"CORRAL_AGENT": agent, "CORRAL_AGENT_READY_LIMIT": "90"}
     with (
         running_daemon(tmp_path / "data", prefix, extra_env=extra) as daemon,
         Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=256) as sbx,

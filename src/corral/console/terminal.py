@@ -115,14 +115,14 @@ async def _open(websocket: WebSocket, ws: Workspace, sandbox_id: str) -> int:
             pid = int(query["pid"])
         except ValueError:
             raise InvalidRequest(f"pid {query['pid']!r} is not a number") from None
-        info = await ws.processes.call(sandbox_id, "attach to a terminal in", "get_process", pid)
+        info = await ws.processes.get_process(sandbox_id, pid, action="attach to a terminal in")
         if not info.get("pty"):
             raise InvalidRequest(f"process {pid} in sandbox {sandbox_id} is not a terminal")
         if info.get("exit_code") is not None or info.get("state") == "exited":
             raise CorralError(
                 f"the terminal (process {pid}) in sandbox {sandbox_id} has ended", code="not_found"
             )
-        await ws.processes.call(sandbox_id, "resize a terminal in", "resize", pid, rows, cols)
+        await ws.processes.resize(sandbox_id, pid, rows, cols)
         return pid
     spec: dict[str, Any] = {"env": {}, "pty": {"rows": rows, "cols": cols}}
     return await ws.processes.start_pty(sandbox_id, spec)
@@ -162,8 +162,8 @@ async def _bridge(websocket: WebSocket, ws: Workspace, sandbox_id: str, pid: int
             if data:
                 if len(data) > MAX_INPUT:
                     raise InvalidRequest(f"a terminal input frame is over {MAX_INPUT} bytes")
-                await ws.processes.call(
-                    sandbox_id, "type into a terminal in", "send_stdin", pid, data
+                await ws.processes.send_stdin(
+                    sandbox_id, pid, data, action="type into a terminal in"
                 )
             elif message.get("text"):
                 await _control(ws, sandbox_id, pid, message["text"])
@@ -193,4 +193,4 @@ async def _control(ws: Workspace, sandbox_id: str, pid: int, text: str) -> None:
     if isinstance(message, dict) and message.get("type") == "resize":
         rows = _size(str(message.get("rows")), 24, 1000)
         cols = _size(str(message.get("cols")), 80, 1000)
-        await ws.processes.call(sandbox_id, "resize a terminal in", "resize", pid, rows, cols)
+        await ws.processes.resize(sandbox_id, pid, rows, cols)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import stat
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -27,7 +27,10 @@ from corral.e2b.envd.filesystem.filesystem_connect import Filesystem
 from corral.e2b.errors import connect_error_of
 from corral.e2b.process import keepalive_interval
 from corral.service.errors import CorralError
+from corral.service.files import FileService
 from corral.service.workspace import Workspace
+
+T = TypeVar("T")
 
 EVENT_TYPES = {
     "create": pb.EventType.CREATE,
@@ -70,31 +73,32 @@ class FilesystemHandler(Filesystem):
         self._ws = ws
 
     async def _call(
-        self, ctx: RequestContext[Any, Any], action: str, method: str, *args: Any
-    ) -> Any:
+        self, ctx: RequestContext[Any, Any], call: Callable[[FileService, str], Awaitable[T]]
+    ) -> T:
+        """``call(files, sandbox_id)`` for the request's sandbox, its refusals as Connect's."""
         sandbox_id = sandbox_of(ctx.request_headers)
         try:
-            return await self._ws.files.call(sandbox_id, action, method, *args)
+            return await call(self._ws.files, sandbox_id)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
 
     async def stat(self, request: pb.StatRequest, ctx: RequestContext[Any, Any]) -> pb.StatResponse:
-        info = await self._call(ctx, "stat files of", "stat", request.path)
+        info = await self._call(ctx, lambda f, sid: f.stat(sid, request.path))
         return pb.StatResponse(entry=to_entry(info))
 
     async def make_dir(
         self, request: pb.MakeDirRequest, ctx: RequestContext[Any, Any]
     ) -> pb.MakeDirResponse:
-        created = await self._call(ctx, "make directories in", "mkdir", request.path, True)
-        if isinstance(created, dict):
-            created = created.get("created")
+        created = await self._call(ctx, lambda f, sid: f.mkdir(sid, request.path, True))
         if not created:
             raise ConnectError(Code.ALREADY_EXISTS, f"directory {request.path} already exists")
-        info = await self._call(ctx, "stat files of", "stat", request.path)
+        info = await self._call(ctx, lambda f, sid: f.stat(sid, request.path))
         return pb.MakeDirResponse(entry=to_entry(info))
 
     async def move(self, request: pb.MoveRequest, ctx: RequestContext[Any, Any]) -> pb.MoveResponse:
-        info = await self._call(ctx, "move files in", "move", request.source, request.destination)
+        info = await self._call(
+            ctx, lambda f, sid: f.move(sid, request.source, request.destination)
+        )
         return pb.MoveResponse(entry=to_entry(info))
 
     async def list_dir(
@@ -103,14 +107,13 @@ class FilesystemHandler(Filesystem):
         depth = request.depth or 1
         if depth > MAX_DEPTH:
             raise ConnectError(Code.INVALID_ARGUMENT, f"depth must be at most {MAX_DEPTH}")
-        listed = await self._call(ctx, "list files of", "list_dir", request.path, depth)
-        entries = listed["entries"] if isinstance(listed, dict) else listed
+        entries = await self._call(ctx, lambda f, sid: f.list_dir(sid, request.path, depth))
         return pb.ListDirResponse(entries=[to_entry(e) for e in entries])
 
     async def remove(
         self, request: pb.RemoveRequest, ctx: RequestContext[Any, Any]
     ) -> pb.RemoveResponse:
-        await self._call(ctx, "remove files in", "remove", request.path, True)
+        await self._call(ctx, lambda f, sid: f.remove(sid, request.path, True))
         return pb.RemoveResponse()
 
     def _watcher_id(self, raw: str) -> int:
@@ -122,14 +125,17 @@ class FilesystemHandler(Filesystem):
         self, request: pb.WatchDirRequest, ctx: RequestContext[Any, Any]
     ) -> AsyncIterator[pb.WatchDirResponse]:
         watch_id = await self._call(
-            ctx, "watch directories in", "create_watch", request.path, request.recursive
+            ctx, lambda f, sid: f.create_watch(sid, request.path, request.recursive)
         )
         interval = keepalive_interval(ctx.request_headers) or DEFAULT_POLL
         try:
             yield _watch_response("start", pb.WatchDirResponse.StartEvent())
             while True:
                 batch = await self._call(
-                    ctx, "watch directories in", "watch_events", watch_id, interval
+                    ctx,
+                    lambda f, sid: f.watch_events(
+                        sid, watch_id, interval, action="watch directories in"
+                    ),
                 )
                 for event in to_events(batch["events"]):
                     yield _watch_response("filesystem", event)
@@ -139,13 +145,13 @@ class FilesystemHandler(Filesystem):
                     yield _watch_response("keepalive", pb.WatchDirResponse.KeepAlive())
         finally:
             with contextlib.suppress(ConnectError):
-                await self._call(ctx, "stop watching in", "remove_watch", watch_id)
+                await self._call(ctx, lambda f, sid: f.remove_watch(sid, watch_id))
 
     async def create_watcher(
         self, request: pb.CreateWatcherRequest, ctx: RequestContext[Any, Any]
     ) -> pb.CreateWatcherResponse:
         watch_id = await self._call(
-            ctx, "watch directories in", "create_watch", request.path, request.recursive
+            ctx, lambda f, sid: f.create_watch(sid, request.path, request.recursive)
         )
         return pb.CreateWatcherResponse(watcher_id=str(watch_id))
 
@@ -153,14 +159,14 @@ class FilesystemHandler(Filesystem):
         self, request: pb.GetWatcherEventsRequest, ctx: RequestContext[Any, Any]
     ) -> pb.GetWatcherEventsResponse:
         watch_id = self._watcher_id(request.watcher_id)
-        batch = await self._call(ctx, "read the watcher of", "watch_events", watch_id, 0.0)
+        batch = await self._call(ctx, lambda f, sid: f.watch_events(sid, watch_id, 0.0))
         return pb.GetWatcherEventsResponse(events=to_events(batch["events"]))
 
     async def remove_watcher(
         self, request: pb.RemoveWatcherRequest, ctx: RequestContext[Any, Any]
     ) -> pb.RemoveWatcherResponse:
         watch_id = self._watcher_id(request.watcher_id)
-        await self._call(ctx, "stop watching in", "remove_watch", watch_id)
+        await self._call(ctx, lambda f, sid: f.remove_watch(sid, watch_id))
         return pb.RemoveWatcherResponse()
 
 

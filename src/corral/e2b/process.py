@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Literal
 
 from connectrpc.code import Code
@@ -156,13 +156,12 @@ class ProcessHandler(Process):
         )
 
     async def _listed(self, sandbox_id: str) -> list[dict[str, Any]]:
-        listed = await self._ws.processes.call(sandbox_id, "list processes of", "list_processes")
-        items: list[dict[str, Any]] = listed["processes"] if isinstance(listed, dict) else listed
-        return items
+        return await self._ws.processes.list_processes(sandbox_id)
 
-    async def _call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
+    async def _call(self, sandbox_id: str, call: Awaitable[None]) -> None:
+        """Await ``call`` on the sandbox's processes, its refusals as Connect's."""
         try:
-            return await self._ws.processes.call(sandbox_id, action, method, *args)
+            await call
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
 
@@ -251,7 +250,9 @@ class ProcessHandler(Process):
             pid = await self._pid(sandbox_id, request.process)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        await self._call(sandbox_id, "resize a terminal in", "resize", pid, size.rows, size.cols)
+        await self._call(
+            sandbox_id, self._ws.processes.resize(sandbox_id, pid, size.rows, size.cols)
+        )
         return pb.UpdateResponse()
 
     async def _send(self, sandbox_id: str, pid: int, given: pb.ProcessInput | None) -> None:
@@ -259,7 +260,9 @@ class ProcessHandler(Process):
         if chosen is None:
             return
         # Terminal input and stdin both go to the process's input (its terminal for a PTY).
-        await self._call(sandbox_id, "send input in", "send_stdin", pid, bytes(chosen.value))
+        await self._call(
+            sandbox_id, self._ws.processes.send_stdin(sandbox_id, pid, bytes(chosen.value))
+        )
 
     async def send_input(
         self, request: pb.SendInputRequest, ctx: RequestContext[Any, Any]
@@ -303,7 +306,7 @@ class ProcessHandler(Process):
             pid = await self._pid(sandbox_id, request.process)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        await self._call(sandbox_id, "signal processes in", "signal", pid, signal)
+        await self._call(sandbox_id, self._ws.processes.signal(sandbox_id, pid, signal))
         return pb.SendSignalResponse()
 
     async def close_stdin(
@@ -314,5 +317,5 @@ class ProcessHandler(Process):
             pid = await self._pid(sandbox_id, request.process)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        await self._call(sandbox_id, "close input in", "close_stdin", pid)
+        await self._call(sandbox_id, self._ws.processes.close_stdin(sandbox_id, pid))
         return pb.CloseStdinResponse()

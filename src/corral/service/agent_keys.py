@@ -7,15 +7,19 @@ sandboxes never share a key.
 
 Where keys live, and why:
 - in memory (``AgentKeys._keys``) for every sandbox this daemon drives;
-- in ``<data>/agent-keys/<sandbox id>`` (file 0600, dir 0700, written atomically and fsynced)
-  while the sandbox runs, because a restarted daemon must reconnect to the sandboxes that kept
-  running. A file per sandbox rather than a column of the store: the store's rows are read by
-  every listing and copied into records, a key should be read by nothing but the code that
-  connects to the agent;
+- in ``<data>/agent-keys/<sandbox id>`` (file 0600, dir 0700, written atomically) while the
+  sandbox runs, because a restarted daemon must reconnect to the sandboxes that kept running.
+  A file per sandbox rather than a column of the store: the store's rows are read by every
+  listing and copied into records, a key should be read by nothing but the code that connects
+  to the agent. Not fsynced: the page cache outlives a daemon that dies, and a host that dies
+  ends every running sandbox (a parked one's key is in its image), so an fsync would save no
+  sandbox that the written file does not, and each cost ms on the boot's event loop;
 - in ``<image>/agent.key`` (0600) of every memory image (park, fork, warm template, snapshot),
   written before the checkpoint: restoring the image needs the key its agent has in memory. The
-  image holds that agent's memory, key included, so the file beside it reveals nothing more and
-  shares its protection (0600 files under 0700 dirs, never readable by another user).
+  runtime fsyncs the whole image, this file with it, before the image is sealed
+  (``images.seal_image``); an unsealed image is never restored. The image holds that agent's
+  memory, key included, so the file beside it reveals nothing more and shares its protection
+  (0600 files under 0700 dirs, never readable by another user).
 """
 
 from __future__ import annotations
@@ -40,12 +44,11 @@ def _valid(key: str) -> bool:
 
 
 def _write_private(path: Path, key: str) -> None:
-    """Write ``key`` to ``path`` (0600) atomically and durably."""
+    """Write ``key`` to ``path`` (0600) atomically (not fsynced: see the module docstring)."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, f"{key}\n".encode())
-        os.fsync(fd)
     finally:
         os.close(fd)
     try:
@@ -54,11 +57,6 @@ def _write_private(path: Path, key: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _read_key(path: Path) -> str | None:
@@ -92,7 +90,7 @@ class AgentKeys:
         return self.dir / sandbox_id
 
     def issue(self, sandbox_id: str) -> str:
-        """A new key for ``sandbox_id``, kept (and persisted) before any agent has it."""
+        """A new key for ``sandbox_id``, kept (and written) before any agent has it."""
         key = new_agent_key()
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)

@@ -6,10 +6,10 @@ whole file. Paths are the sandbox's own: the sandbox is the boundary, so ``..`` 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
-from corral.runtime.agent_client import AgentError
+from corral.runtime.agent_client import AgentClient, AgentError
 from corral.service.errors import CorralError, InvalidRequest, TooLarge
 from corral.service.lifecycle.wake import WakeService
 from corral.service.sandboxes import SandboxService
@@ -26,6 +26,7 @@ def check_path(path: str) -> str:
 
 
 MIB = 1024 * 1024
+T = TypeVar("T")
 
 
 async def _bounded(data: AsyncIterable[bytes], limit: int, sandbox_id: str) -> AsyncIterator[bytes]:
@@ -107,13 +108,66 @@ class FileService:
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
 
-    async def call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
+    async def _on_agent(
+        self,
+        sandbox_id: str,
+        action: str,
+        call: Callable[[AgentClient], Awaitable[T]],
+        *paths: str,
+    ) -> T:
+        """One non-streaming call on the sandbox's agent (woken first if it asked for
+        ``auto_wake``; then ``paths`` are checked), counted as activity, its errors translated."""
         client = await self._wakes.ready_agent(sandbox_id, action)
-        for arg in args:
-            if isinstance(arg, str):
-                check_path(arg)
+        for path in paths:
+            check_path(path)
         self._activity.touch(sandbox_id)
         try:
-            return await getattr(client, method)(*args)
+            return await call(client)
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
+
+    async def stat(self, sandbox_id: str, path: str) -> dict[str, Any]:
+        return await self._on_agent(sandbox_id, "stat files of", lambda a: a.stat(path), path)
+
+    async def list_dir(self, sandbox_id: str, path: str, depth: int = 1) -> list[dict[str, Any]]:
+        return await self._on_agent(
+            sandbox_id, "list files of", lambda a: a.list_dir(path, depth), path
+        )
+
+    async def mkdir(self, sandbox_id: str, path: str, parents: bool = True) -> bool:
+        """Create a directory; False if it already existed."""
+        return await self._on_agent(
+            sandbox_id, "make directories in", lambda a: a.mkdir(path, parents), path
+        )
+
+    async def move(self, sandbox_id: str, src: str, dst: str) -> dict[str, Any]:
+        """Rename ``src`` to ``dst``; the stat of ``dst``."""
+        return await self._on_agent(
+            sandbox_id, "move files in", lambda a: a.move(src, dst), src, dst
+        )
+
+    async def remove(self, sandbox_id: str, path: str, recursive: bool = False) -> None:
+        await self._on_agent(
+            sandbox_id, "remove files in", lambda a: a.remove(path, recursive), path
+        )
+
+    async def create_watch(self, sandbox_id: str, path: str, recursive: bool) -> int:
+        """Watch directory ``path`` (and, ``recursive``, all below it); the watch's id."""
+        return await self._on_agent(
+            sandbox_id, "watch directories in", lambda a: a.create_watch(path, recursive), path
+        )
+
+    async def watch_events(
+        self,
+        sandbox_id: str,
+        watch_id: int,
+        wait: float = 0.0,
+        *,
+        action: str = "read the watcher of",
+    ) -> dict[str, Any]:
+        """The events of a watch since the last call, waiting up to ``wait`` s for the first
+        (``action`` names the call in a refusal)."""
+        return await self._on_agent(sandbox_id, action, lambda a: a.watch_events(watch_id, wait))
+
+    async def remove_watch(self, sandbox_id: str, watch_id: int) -> None:
+        await self._on_agent(sandbox_id, "stop watching in", lambda a: a.remove_watch(watch_id))

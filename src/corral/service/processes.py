@@ -6,15 +6,17 @@ sandbox's agent, checks the sandbox may be used, and translates the agent's erro
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
-from corral.runtime.agent_client import AgentError
+from corral.runtime.agent_client import AgentClient, AgentError
 from corral.service.errors import CorralError, InvalidRequest
 from corral.service.lifecycle.wake import WakeService
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.agents import translate_agent_error
+
+T = TypeVar("T")
 
 Event = dict[str, Any]
 
@@ -127,11 +129,41 @@ class ProcessService:
 
         return events()
 
-    async def call(self, sandbox_id: str, action: str, method: str, *args: Any) -> Any:
-        """Run one non-streaming agent call (list, get, stdin, close_stdin, signal, forget)."""
+    async def _on_agent(
+        self, sandbox_id: str, action: str, call: Callable[[AgentClient], Awaitable[T]]
+    ) -> T:
+        """One non-streaming call on the sandbox's agent (woken first if it asked for
+        ``auto_wake``), counted as activity, its errors translated."""
         client = await self._wakes.ready_agent(sandbox_id, action)
         self._activity.touch(sandbox_id)
         try:
-            return await getattr(client, method)(*args)
+            return await call(client)
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
+
+    async def list_processes(self, sandbox_id: str) -> list[dict[str, Any]]:
+        return await self._on_agent(sandbox_id, "list processes of", lambda a: a.list_processes())
+
+    async def get_process(
+        self, sandbox_id: str, pid: int, *, action: str = "inspect processes of"
+    ) -> dict[str, Any]:
+        """One process as the agent lists it (``action`` names the call in a refusal)."""
+        return await self._on_agent(sandbox_id, action, lambda a: a.get_process(pid))
+
+    async def send_stdin(
+        self, sandbox_id: str, pid: int, data: bytes, *, action: str = "send input in"
+    ) -> None:
+        await self._on_agent(sandbox_id, action, lambda a: a.send_stdin(pid, data))
+
+    async def close_stdin(self, sandbox_id: str, pid: int) -> None:
+        await self._on_agent(sandbox_id, "close input in", lambda a: a.close_stdin(pid))
+
+    async def signal(self, sandbox_id: str, pid: int, sig: int | str) -> None:
+        """Send ``sig`` (a number or a name such as ``"SIGTERM"``) to the process group."""
+        await self._on_agent(sandbox_id, "signal processes in", lambda a: a.signal(pid, sig))
+
+    async def resize(self, sandbox_id: str, pid: int, rows: int, cols: int) -> None:
+        """Set the terminal size of a process started with a terminal."""
+        await self._on_agent(
+            sandbox_id, "resize a terminal in", lambda a: a.resize(pid, rows, cols)
+        )

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from sqlalchemy import Engine, case, func, or_, select
+from sqlalchemy import Engine, case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.storage.records import SandboxRecord
@@ -228,18 +228,12 @@ class SandboxRepository:
         """The records in ``states``, and those in ``expiring_states`` that have an expiry,
         oldest first (the lifecycle monitor's: a parked sandbox without a TTL needs nothing of
         it, and thousands of them would otherwise be read every second)."""
-        with self._sessions() as session:
-            query = (
-                select(SandboxRow)
-                .where(
-                    or_(
-                        SandboxRow.state.in_(states),
-                        SandboxRow.state.in_(expiring_states) & SandboxRow.expires_at.isnot(None),
-                    )
-                )
-                .order_by(SandboxRow.created_at)
-            )
-            return [_record(row) for row in session.scalars(query).all()]
+        always, expiring = sorted(states), sorted(expiring_states)
+        where = (
+            f"WHERE state IN ({', '.join('?' * len(always))}) OR (expires_at IS NOT NULL AND"
+            f" state IN ({', '.join('?' * len(expiring))})) ORDER BY created_at"
+        )
+        return self._select(where, (*always, *expiring))
 
     def reserved(
         self, active_states: AbstractSet[str], image_states: AbstractSet[str]

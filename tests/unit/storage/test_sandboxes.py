@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,17 +81,16 @@ def test_get_sees_updates_as_the_orm_does(db: Database) -> None:
 
 
 def test_list_filters_by_state_pool_and_metadata_oldest_first(db: Database) -> None:
+    variants: list[dict[str, Any]] = [
+        {"state": "running", "metadata": {"a": "1"}},
+        {"state": "parked", "metadata": {"a": "1"}},
+        {"state": "running", "pooled": True, "template": "py"},
+        {"state": "killed"},
+        {"state": "running", "pooled": True, "template": "base"},
+    ]
     made = [
         dataclasses.replace(BARE, id=f"sb-list0000000{i}", created_at=100.0 - i, **fields)
-        for i, fields in enumerate(
-            [
-                {"state": "running", "metadata": {"a": "1"}},
-                {"state": "parked", "metadata": {"a": "1"}},
-                {"state": "running", "pooled": True, "template": "py"},
-                {"state": "killed"},
-                {"state": "running", "pooled": True, "template": "base"},
-            ]
-        )
+        for i, fields in enumerate(variants)
     ]
     for record in made:
         db.sandboxes.add(record)

@@ -38,15 +38,14 @@ async def write_file(
 
 @router.get("/stat", operation_id="stat_file", response_model=schemas.FileStat)
 async def stat_file(sandbox_id: str, path: PathDep, files: FilesDep) -> schemas.FileStat:
-    return schemas.FileStat(**await files.call(sandbox_id, "stat files of", "stat", path))
+    return schemas.FileStat(**await files.stat(sandbox_id, path))
 
 
 @router.get("/list", operation_id="list_files", response_model=schemas.FileList)
 async def list_files(
     sandbox_id: str, path: PathDep, files: FilesDep, depth: int = 1
 ) -> schemas.FileList:
-    listed = await files.call(sandbox_id, "list files of", "list_dir", path, depth)
-    entries = listed["entries"] if isinstance(listed, dict) else listed
+    entries = await files.list_dir(sandbox_id, path, depth)
     return schemas.FileList(entries=[schemas.FileStat(**e) for e in entries])
 
 
@@ -54,8 +53,7 @@ async def list_files(
 async def make_dir(
     sandbox_id: str, body: schemas.MkdirRequest, files: FilesDep
 ) -> schemas.MkdirResult:
-    result = await files.call(sandbox_id, "make directories in", "mkdir", body.path, body.parents)
-    created = result["created"] if isinstance(result, dict) else bool(result)
+    created = await files.mkdir(sandbox_id, body.path, body.parents)
     return schemas.MkdirResult(created=created)
 
 
@@ -63,14 +61,12 @@ async def make_dir(
 async def move_file(
     sandbox_id: str, body: schemas.MoveRequest, files: FilesDep
 ) -> schemas.FileStat:
-    return schemas.FileStat(
-        **await files.call(sandbox_id, "move files in", "move", body.src, body.dst)
-    )
+    return schemas.FileStat(**await files.move(sandbox_id, body.src, body.dst))
 
 
 @router.delete("", operation_id="remove_file", status_code=204)
 async def remove_file(
     sandbox_id: str, path: PathDep, files: FilesDep, recursive: bool = False
 ) -> Response:
-    await files.call(sandbox_id, "remove files in", "remove", path, recursive)
+    await files.remove(sandbox_id, path, recursive)
     return Response(status_code=204)

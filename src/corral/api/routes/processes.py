@@ -34,16 +34,13 @@ async def exec_command(
 
 @router.get("/processes", operation_id="list_processes", response_model=schemas.ProcessList)
 async def list_processes(sandbox_id: str, processes: ProcessesDep) -> schemas.ProcessList:
-    listed = await processes.call(sandbox_id, "list processes of", "list_processes")
-    items = listed["processes"] if isinstance(listed, dict) else listed
+    items = await processes.list_processes(sandbox_id)
     return schemas.ProcessList(processes=[schemas.ProcessInfo(**p) for p in items])
 
 
 @router.get("/processes/{pid}", operation_id="get_process", response_model=schemas.ProcessInfo)
 async def get_process(sandbox_id: str, pid: int, processes: ProcessesDep) -> schemas.ProcessInfo:
-    return schemas.ProcessInfo(
-        **await processes.call(sandbox_id, "inspect processes of", "get_process", pid)
-    )
+    return schemas.ProcessInfo(**await processes.get_process(sandbox_id, pid))
 
 
 @router.get(
@@ -63,13 +60,13 @@ async def send_stdin(
     sandbox_id: str, pid: int, request: Request, processes: ProcessesDep
 ) -> Response:
     data = await request.body()
-    await processes.call(sandbox_id, "send input in", "send_stdin", pid, data)
+    await processes.send_stdin(sandbox_id, pid, data)
     return Response(status_code=204)
 
 
 @router.post("/processes/{pid}/close-stdin", operation_id="close_stdin", status_code=204)
 async def close_stdin(sandbox_id: str, pid: int, processes: ProcessesDep) -> Response:
-    await processes.call(sandbox_id, "close input in", "close_stdin", pid)
+    await processes.close_stdin(sandbox_id, pid)
     return Response(status_code=204)
 
 
@@ -77,7 +74,7 @@ async def close_stdin(sandbox_id: str, pid: int, processes: ProcessesDep) -> Res
 async def signal_process(
     sandbox_id: str, pid: int, body: schemas.SignalRequest, processes: ProcessesDep
 ) -> Response:
-    await processes.call(sandbox_id, "signal processes in", "signal", pid, body.signal)
+    await processes.signal(sandbox_id, pid, body.signal)
     return Response(status_code=204)
 
 
@@ -98,5 +95,5 @@ async def open_pty(
 async def resize_pty(
     sandbox_id: str, pid: int, body: schemas.ResizeRequest, processes: ProcessesDep
 ) -> Response:
-    await processes.call(sandbox_id, "resize a terminal in", "resize", pid, body.rows, body.cols)
+    await processes.resize(sandbox_id, pid, body.rows, body.cols)
     return Response(status_code=204)

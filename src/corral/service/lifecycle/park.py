@@ -98,8 +98,9 @@ class ParkService:
             with phase("space check"):
                 await self._check_space(record)
             partial, final = park_paths(self.parked_dir, sandbox_id)
-            with phase("partial remove"):
-                await asyncio.to_thread(shutil.rmtree, partial, True)
+            if partial.exists() or partial.is_symlink():  # a failed park's (a thread hop: ms)
+                with phase("partial remove"):
+                    await asyncio.to_thread(shutil.rmtree, partial, True)
             self.db.sandboxes.update(sandbox_id, operation=Operation.PARKING)
             crash_point(self.settings, "park:before-checkpoint")
             try:
