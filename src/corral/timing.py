@@ -29,7 +29,7 @@ import contextvars
 import time
 from collections.abc import Iterator
 
-__all__ = ["Phases", "collecting", "current_phases", "phase", "server_timing"]
+__all__ = ["Phases", "beside", "collecting", "current_phases", "phase", "server_timing"]
 
 
 class Phases:
@@ -102,6 +102,17 @@ def phase(name: str) -> Iterator[None]:
         phases.add(name, max(0.0, elapsed - inner[0]))
         if outer is not None:
             outer[0] += elapsed
+
+
+@contextlib.contextmanager
+def beside() -> Iterator[None]:
+    """Phases marked in the block run beside the enclosing phase (a task it started that
+    overlaps it), not inside it: their time is not taken off the enclosing phase's own."""
+    token = _inner.set(None)
+    try:
+        yield
+    finally:
+        _inner.reset(token)
 
 
 def server_timing(phases: Phases) -> str:

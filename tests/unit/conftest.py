@@ -191,6 +191,9 @@ class LoopbackNetwork:
         self.leased.discard(slot.index)
         self.counted.pop(slot.index, None)
 
+    def build_ahead(self, count: int) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 

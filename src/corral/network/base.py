@@ -87,6 +87,13 @@ class Network(Protocol):
         """Return a slot to the pool; it may be torn down or kept for reuse."""
         ...
 
+    def build_ahead(self, count: int) -> None:
+        """``count`` leases are about to come at once (a fork's children): build that many
+        slots ahead, in the background, if the network builds slots at all. The extra ones are
+        not replaced once leased; a negative ``count`` withdraws what such a call asked for and
+        no lease took (the burst did not come)."""
+        ...
+
     async def close(self) -> None:
         """Tear down every slot that is not leased (daemon shutdown)."""
         ...

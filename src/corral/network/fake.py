@@ -39,6 +39,7 @@ class FakeNetwork:
         self.prepared: Counter[int] = Counter()
         self.counted: dict[int, Traffic] = {}
         self.closed = False
+        self.built_ahead = 0  # what build_ahead was asked for, in total
         self._failures: dict[str, NetworkFailure] = {}
         self._lock = asyncio.Lock()
 
@@ -71,6 +72,9 @@ class FakeNetwork:
             self._maybe_fail("prepare")
             self._check_leased(slot)
             self.prepared[slot.index] += 1
+
+    def build_ahead(self, count: int) -> None:
+        self.built_ahead += count
 
     def add_traffic(self, slot: Slot, traffic: Traffic) -> None:
         """The sandbox in ``slot`` moved ``traffic`` (added to the slot's counts)."""

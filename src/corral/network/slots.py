@@ -56,8 +56,10 @@ class SlotNetwork:
 
     With ``spare`` > 0 it keeps up to that many slots built ahead, unleased, in ``_spare``:
     ``lease()`` hands one out at once (building a slot takes ~20 ms) and a background task builds
-    its replacement. Spares are counted as neither leased nor free (``spares``), are never reaped
-    as stale, and ``close_spares()`` (daemon shutdown) or ``close()`` tears them down.
+    its replacement. ``build_ahead(n)`` raises the target by ``n`` for a burst about to come (a
+    fork's children): ``_burst`` extra spares, each taken off the target again when leased.
+    Spares are counted as neither leased nor free (``spares``), are never reaped as stale, and
+    ``close_spares()`` (daemon shutdown) or ``close()`` tears them down.
 
     Invariants: an index is in at most one of ``_leased`` (handed out), ``_spare`` (built ahead)
     and ``_busy`` (being built, torn down or reaped); all are only changed under ``_lock``, and
@@ -83,6 +85,7 @@ class SlotNetwork:
         self._leased: dict[int, Slot] = {}
         self._spare: dict[int, Slot] = {}
         self._spare_target = spare
+        self._burst = 0
         self._refill: asyncio.Task[None] | None = None
         self._busy: set[int] = set()
         self._known: set[int] = set()
@@ -107,6 +110,7 @@ class SlotNetwork:
         if index is None and self._spare_target:
             async with self._lock:
                 self._check_open()
+                self._burst = max(0, self._burst - 1)  # one of a burst came: built or not
                 if self._spare:
                     slot = self._spare.pop(min(self._spare))
                     self._leased[slot.index] = slot
@@ -118,6 +122,16 @@ class SlotNetwork:
             return slot
         return await self._build_slot(index)
 
+    def build_ahead(self, count: int) -> None:
+        """Build ``count`` more spares now, in the background, for leases about to come; a
+        negative ``count`` withdraws what such a call asked for and no lease took."""
+        if self._closed or not self._spare_target:
+            return
+        self._burst = max(0, self._burst + count)
+        if count > 0 and (self._refill is None or self._refill.done()):  # no _lock needed:
+            # one event-loop step, and _fill_spares re-reads the target under the lock
+            self._refill = asyncio.create_task(self._fill_spares(), name="slot-spares")
+
     def _start_refill(self) -> None:
         """(Under ``_lock``.) Build spares up to the target in the background."""
         if self._refill is None or self._refill.done():
@@ -126,7 +140,7 @@ class SlotNetwork:
     async def _fill_spares(self) -> None:
         while True:
             async with self._lock:
-                if self._closed or len(self._spare) >= self._spare_target:
+                if self._closed or len(self._spare) >= self._spare_target + self._burst:
                     return
             try:
                 if await self._build_slot(None, spare=True) is None:
@@ -138,7 +152,7 @@ class SlotNetwork:
     async def close_spares(self) -> None:
         """Tear down the spare slots (daemon shutdown; leased slots stay for their sandboxes)."""
         async with self._lock:
-            self._spare_target = 0
+            self._spare_target = self._burst = 0
             refill = self._refill
         if refill is not None:  # not cancelled: a build in a thread would outlive it
             await refill
@@ -194,7 +208,7 @@ class SlotNetwork:
             if not spare:
                 self._leased[index] = slot
                 return slot
-            wanted = not self._closed and len(self._spare) < self._spare_target
+            wanted = not self._closed and len(self._spare) < self._spare_target + self._burst
             if wanted:
                 self._spare[index] = slot
                 return slot

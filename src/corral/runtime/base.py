@@ -17,6 +17,7 @@ Invariants every implementation keeps:
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -72,6 +73,12 @@ class SandboxSpec:
     hands it to the init on its stdin and nowhere else (never the environment, the command line,
     the OCI config or any other file). ``restore`` ignores it: a restored agent keeps the key in
     its memory until the daemon rekeys it.
+
+    ``network_ready``, when given, is awaited by ``start`` and ``restore`` after the runtime has
+    made what the sandbox needs of its own (its disk, its configuration) and before anything of
+    the sandbox runs: its caller sets up the slot behind ``netns_path`` (addresses, egress rules)
+    meanwhile, so the two overlap and the sandbox still never runs on a slot that is not ready.
+    If it raises, the boot fails with that error and is undone like any failed boot.
     """
 
     sandbox_id: str
@@ -85,6 +92,9 @@ class SandboxSpec:
     agent_key: str | None = field(default=None, repr=False)
     # A host file bind-mounted read-only at /etc/resolv.conf (the sandbox's resolver), or None.
     resolv_conf: str | None = None
+    network_ready: Callable[[], Awaitable[None]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
 
 class RuntimeStatus(enum.Enum):

@@ -102,6 +102,8 @@ class FakeRuntime:
         self._enter("start", spec.sandbox_id)
         if spec.sandbox_id in self.sandboxes:
             raise RuntimeFailure(f"starting sandbox {spec.sandbox_id}: it already exists")
+        if spec.network_ready is not None:
+            await spec.network_ready()
         self.sandboxes[spec.sandbox_id] = FakeSandbox(spec)
 
     async def info(self, sandbox_id: str) -> RuntimeInfo:
@@ -151,6 +153,8 @@ class FakeRuntime:
             raise RuntimeFailure(
                 f"restoring sandbox {sandbox_id}: no checkpoint image in {image_dir}"
             ) from exc
+        if spec.network_ready is not None:
+            await spec.network_ready()
         previous = self.sandboxes.get(sandbox_id)
         generation = previous.generation + 1 if previous else 1
         self.sandboxes[sandbox_id] = FakeSandbox(

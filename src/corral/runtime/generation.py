@@ -136,6 +136,9 @@ class Generations:
         await mount_console(paths.console_dir, self.console_kib)
         log = paths.console_log
         trim_console(log, self.console_kib)  # room for runsc's own errors
+        if spec.network_ready is not None:  # the slot, set up while the above was made
+            with phase("network wait"):
+                await spec.network_ready()
         if image_dir is None:
             key = None if spec.agent_key is None else f"{spec.agent_key}\n".encode()
             await self._runsc.run(

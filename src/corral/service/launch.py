@@ -204,4 +204,9 @@ class Launcher:
                 if isinstance(exc, AgentError):
                     raise OperationFailed(f"configuring sandbox {record.id}: {exc}") from exc
                 raise
-            return self.db.sandboxes.update(record.id, state=SandboxState.RUNNING, operation=None)
+            return self.db.sandboxes.update(
+                record.id,
+                state=SandboxState.RUNNING,
+                operation=None,
+                slot_index=self.live.slot_index_of(record.id),
+            )

@@ -6,7 +6,7 @@ import builtins
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -155,9 +155,13 @@ class SandboxRepository:
             listener(before, record)
 
     def add(self, record: SandboxRecord) -> None:
+        self.add_all([record])
+
+    def add_all(self, records: Sequence[SandboxRecord]) -> None:
+        """Insert ``records`` in one transaction (one durable commit for all, or none)."""
         now = time.time()
         with self._sessions.begin() as session:
-            session.add(
+            session.add_all(
                 SandboxRow(
                     id=record.id,
                     state=record.state,
@@ -189,8 +193,10 @@ class SandboxRepository:
                     net_tx_bytes=record.net_tx_bytes,
                     net_tx_packets=record.net_tx_packets,
                 )
+                for record in records
             )
-        self._changed(None, record)
+        for record in records:
+            self._changed(None, record)
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         found = self._select("WHERE id = ?", (sandbox_id,))

@@ -49,9 +49,11 @@ class TemplateRepository:
             session.execute(delete(TemplateRow).where(TemplateRow.name == name))
 
     # -- pins --------------------------------------------------------------------------------
-    def pin(self, pin: TemplatePin) -> None:
+    def pin(self, *pins: TemplatePin) -> None:
+        """Record ``pins`` (replacing any of the same sandboxes), in one transaction."""
         with self._sessions.begin() as session:
-            session.merge(TemplatePinRow(**dataclasses.asdict(pin)))
+            for pin in pins:
+                session.merge(TemplatePinRow(**dataclasses.asdict(pin)))
 
     def get_pin(self, sandbox_id: str) -> TemplatePin | None:
         with self._sessions() as session:

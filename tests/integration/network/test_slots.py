@@ -377,3 +377,27 @@ async def test_spare_slots_are_leased_at_once_and_torn_down_at_shutdown(
     await network.close_spares()
     assert network.spares == []
     assert not [name for name in list_netns() if name.startswith(f"{prefix}-")]
+
+
+async def test_slots_built_ahead_for_a_burst_are_not_replaced_once_leased(
+    networks: Callable[..., SlotNetwork], prefix: str
+) -> None:
+    network = networks(spare=1)
+    network.build_ahead(3)
+    for _ in range(500):  # built in the background
+        if len(network.spares) == 4:
+            break
+        await asyncio.sleep(0.01)
+    ahead = network.spares
+    assert len(ahead) == 4
+    burst = [await network.lease() for _ in range(3)]
+    assert burst == ahead[:3]
+    for _ in range(500):  # the burst is over: back to one spare, the one left
+        await asyncio.sleep(0.01)
+        if network.spares == ahead[3:]:
+            break
+    assert network.spares == ahead[3:]
+    for slot in burst:
+        await network.release(slot)
+    await network.close_spares()
+    assert not [name for name in list_netns() if name.startswith(f"{prefix}-")]

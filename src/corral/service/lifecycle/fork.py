@@ -112,10 +112,13 @@ class ForkService:
                 for child in children:  # their memory holds the parent's placeholders
                     self.secrets.inherit(child.id, source.id)
             self.db.sandboxes.update(sandbox_id, operation=Operation.FORKING)
+            # The children's slots are built while the source is checkpointed.
+            self.live.network.build_ahead(count)
             try:
                 crash_point(self.settings, "fork:before-checkpoint")
                 await self.live.checkpoint(sandbox_id, image, leave_running=True)
             except BaseException as exc:
+                self.live.network.build_ahead(-count)  # no child will lease a slot
                 for child in children:
                     self.db.sandboxes.delete(child.id)
                     if self.secrets is not None:
@@ -133,15 +136,17 @@ class ForkService:
             rootfs = self.sandboxes.rootfs_of(source)
             template = self.templates.get(source.template)
             image_ref = self.templates.image_of(source.id) or template.image
-            for child in children:
-                self.templates.pin_image(child.id, template, image_ref)
+            self.templates.pin_images([child.id for child in children], template, image_ref)
             limit = asyncio.Semaphore(FORK_CONCURRENCY)
 
             async def restore(child: SandboxRecord) -> SandboxRecord:
                 async with limit, self.sandboxes.lock(child.id):
                     await self.live.boot(child, rootfs, child.env, image_dir=image)
                     return self.db.sandboxes.update(
-                        child.id, state=SandboxState.RUNNING, operation=None
+                        child.id,
+                        state=SandboxState.RUNNING,
+                        operation=None,
+                        slot_index=self.live.slot_index_of(child.id),
                     )
 
             results = list(

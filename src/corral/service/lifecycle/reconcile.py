@@ -9,8 +9,9 @@ writes images to a ``.partial`` directory sealed only once complete (``images.se
     running/parking      yes               any                parked (runtime leftovers removed)
     running/parking      written, unsealed checkpointed       parked (the image is sealed first)
     running/parking      no                yes                running (partial image removed)
-    running/waking       -                 yes                running (image removed)
-    running/waking       -                 no                 parked (the image was never removed)
+    running/waking       -                 yes, slot recorded running (image removed)
+    running/waking       -                 no, or no slot     parked (runtime removed; the image
+                                                              was never removed)
     creating/*           -                 -                  removed (never reported as made)
     running/forking      -                 yes                running; unfinished children removed
     */killing            -                 -                  killed
@@ -146,7 +147,9 @@ class Reconciler:
             await self.runtime.thaw(record.id)
         info = await self.runtime.info(record.id)
         alive = info.status in (RuntimeStatus.RUNNING, RuntimeStatus.PAUSED)
-        if op == Operation.WAKING and not alive:
+        # A wake records its slot in the commit that ends it: without one it did not finish, and
+        # its restore (if any) is undone; the image it restored from is still whole.
+        if op == Operation.WAKING and (not alive or record.slot_index is None):
             await self.live.release_resources(record.id, record.slot_index)
             self.db.sandboxes.update(
                 record.id, state=SandboxState.PARKED, operation=None, slot_index=None

@@ -82,6 +82,7 @@ class WakeService:
                 sandbox_id,
                 state=SandboxState.RUNNING,
                 operation=None,
+                slot_index=self.live.slot_index_of(sandbox_id),
                 image_path=None,
                 image_mib=0,
                 last_active_at=time.time(),

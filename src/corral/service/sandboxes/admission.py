@@ -176,8 +176,7 @@ class Admission:
                 snapshot_mib=self._snapshot_mib(),
             )
             self.host.check(sum(1 for r in records if r.state in _BOOTING), what)
-            for record in records:
-                self.db.sandboxes.add(record)
+            self.db.sandboxes.add_all(records)  # one commit: all are admitted, or none
 
     async def admit_wake(self, record: SandboxRecord) -> None:
         """Reserve cpu and memory for a parked sandbox about to wake (its image still counts

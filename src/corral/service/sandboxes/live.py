@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from corral.config import Settings
@@ -42,7 +43,7 @@ from corral.service.sandboxes.agents import AgentLinks, ConnectAgent
 from corral.service.sandboxes.freezer import Freezer
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.storage import Database, SandboxRecord
-from corral.timing import phase
+from corral.timing import beside, phase
 
 __all__ = ["LiveSandboxes"]
 
@@ -103,6 +104,7 @@ class LiveSandboxes:
         slot: Slot,
         env: dict[str, str],
         agent_key: str | None = None,
+        network_ready: Callable[[], Awaitable[None]] | None = None,
     ) -> SandboxSpec:
         agent = AgentMount(
             mounts=self.agent_mount.mounts,
@@ -123,6 +125,7 @@ class LiveSandboxes:
             annotations={"corral.template": record.template},
             agent_key=agent_key,
             resolv_conf=self.policies.resolv_conf(),
+            network_ready=network_ready,
         )
 
     async def boot(
@@ -136,7 +139,8 @@ class LiveSandboxes:
         """Give ``record`` a slot, start it (or restore ``image_dir`` into it) and connect to its
         agent. A restored agent holds the key of the one that was checkpointed: it is rekeyed
         before anything else. On failure everything this call made is released and
-        OperationFailed is raised; the record itself is left to the caller. At most
+        OperationFailed is raised; the record itself is left to the caller, who records the
+        slot (``slot_index_of``) in the commit that says the sandbox runs. At most
         ``max_concurrent_boots`` run at once; the others wait their turn first."""
         with phase("boot queue"):
             await self._boots.acquire()
@@ -163,19 +167,12 @@ class LiveSandboxes:
                     f"restoring sandbox {record.id}: the memory image {image_dir} has no agent "
                     "key (it was made by an older corral); make the image again"
                 )
+            # The record learns its slot in the commit that says it runs (its caller's): a
+            # crash before then leaves a slot no record names, which the restart reaps.
             with phase("slot lease"):
                 slot = await self.network.lease()
-            self.db.sandboxes.update(record.id, slot_index=slot.index)
-            with phase("slot prepare"):
-                await self.network.prepare(slot)
-            with phase("egress attach"):
-                await self.policies.attach(record, slot)
-            if image_dir is None or old_key is None:
-                key = self.keys.issue(record.id)
-                await self.runtime.start(self.spec_for(record, rootfs, slot, env, key))
-            else:
-                key = old_key
-                await self.runtime.restore(self.spec_for(record, rootfs, slot, env), image_dir)
+            key = old_key or self.keys.issue(record.id)
+            await self._run(record, rootfs, slot, env, key, image_dir)
             client = await self.agents.connect(record.id, slot, key, verb)
             if old_key is not None:
                 await self.agents.rekey(client, self.keys.issue(record.id))
@@ -184,11 +181,48 @@ class LiveSandboxes:
         except BaseException as exc:
             log.error("sandbox %s: %s failed: %s", record.id, verb, exc)
             await self.release_resources(record.id, slot.index if slot else None, slot)
-            with contextlib.suppress(KeyError):
-                self.db.sandboxes.update(record.id, slot_index=None)
             if isinstance(exc, CorralError | asyncio.CancelledError):
                 raise
             raise OperationFailed(f"{verb} sandbox {record.id} failed: {exc}") from exc
+
+    async def _run(
+        self,
+        record: SandboxRecord,
+        rootfs: Path,
+        slot: Slot,
+        env: dict[str, str],
+        key: str,
+        image_dir: Path | None,
+    ) -> None:
+        """Start (or restore ``image_dir`` into) the runtime while the slot is made ready beside
+        it: the runtime makes the disk and configuration, then waits for the slot's addresses
+        and egress (``SandboxSpec.network_ready``) before the sandbox runs. Returns (or raises)
+        only once the slot's set-up has ended too, so a failure never releases a slot that is
+        still being set up."""
+        network = asyncio.create_task(self._ready_slot(record, slot))
+
+        def ready() -> Awaitable[None]:
+            return asyncio.shield(network)  # the runtime's cancellation leaves the set-up be
+
+        try:
+            if image_dir is None:
+                await self.runtime.start(self.spec_for(record, rootfs, slot, env, key, ready))
+            else:
+                spec = self.spec_for(record, rootfs, slot, env, network_ready=ready)
+                await self.runtime.restore(spec, image_dir)
+            await network  # at once, unless the runtime did not wait for it
+        except BaseException:
+            await asyncio.wait({network})
+            if not network.cancelled():
+                network.exception()  # retrieved: the runtime's error is the one raised
+            raise
+
+    async def _ready_slot(self, record: SandboxRecord, slot: Slot) -> None:
+        with beside():  # runs beside the runtime's boot, not inside it
+            with phase("slot prepare"):
+                await self.network.prepare(slot)
+            with phase("egress attach"):
+                await self.policies.attach(record, slot)
 
     async def boot_build(
         self, sandbox_id: str, rootfs: Path, resources: Resources, policy: EgressPolicy

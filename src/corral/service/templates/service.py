@@ -26,7 +26,7 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -218,10 +218,18 @@ class TemplateService:
         """Record that ``sandbox_id`` runs on ``image`` of ``template`` with its exec defaults
         (forks and restored snapshots keep the image their memory was taken on, even if the tag
         has been rebuilt since)."""
+        self.pin_images([sandbox_id], template, image)
+
+    def pin_images(self, sandbox_ids: Sequence[str], template: TemplateRecord, image: str) -> None:
+        """``pin_image`` of several sandboxes (a fork's children) in one commit."""
         self._db.templates.pin(
-            TemplatePin(sandbox_id, template.name, image, template.workdir, template.user)
+            *(
+                TemplatePin(sandbox_id, template.name, image, template.workdir, template.user)
+                for sandbox_id in sandbox_ids
+            )
         )
-        self._defaults[sandbox_id] = (template.workdir, template.user)
+        for sandbox_id in sandbox_ids:
+            self._defaults[sandbox_id] = (template.workdir, template.user)
 
     async def record_warm_image(self, names: builtins.list[str], seal: Callable[[], Path]) -> None:
         """Seal a warm template's memory image and record it on the template's tags, under the

@@ -83,6 +83,7 @@ async def test_fork_makes_children_that_continue_from_the_source(fakes: Fakes) -
         assert child.expires_at is not None
         assert fakes.runtime.sandboxes[child.id].restored_from is not None
     assert (await fakes.runtime.info(source.id)).status is RuntimeStatus.RUNNING
+    assert fakes.network.built_ahead == 2  # the children's slots, built during the checkpoint
 
 
 async def test_a_fork_that_cannot_restore_every_child_makes_none(fakes: Fakes) -> None:

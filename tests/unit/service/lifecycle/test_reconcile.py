@@ -88,6 +88,46 @@ async def test_waking_with_a_live_runtime_settles_running_and_drops_the_image(
     assert not image_complete(image)
 
 
+async def test_waking_restored_but_unrecorded_settles_parked_and_wakes_again(
+    fakes: Fakes,
+) -> None:
+    record = await fakes.running()
+    ws = fakes.workspace
+    await ws.lifecycle.park(record.id)
+    image = ws.sandboxes.get(record.id).image_path
+    assert image is not None
+    kept = fakes.settings.data_dir / "kept-image"
+    shutil.copytree(image, kept)
+    await ws.lifecycle.wake(record.id)
+    # As if the daemon died after the restore, before the commit that ends the wake (the one
+    # that records its slot): the runtime runs, the record is running/waking with no slot.
+    shutil.copytree(kept, image)
+    ws.db.sandboxes.update(record.id, operation=Operation.WAKING, image_path=image, slot_index=None)
+    ws = await fakes.stop_daemon()
+    await ws.start()
+    settled = ws.sandboxes.get(record.id)
+    assert (settled.state, settled.operation, settled.slot_index) == ("parked", None, None)
+    assert image_complete(settled.image_path)
+    assert (await fakes.runtime.info(record.id)).status is RuntimeStatus.MISSING
+    woken = await ws.lifecycle.wake(record.id)
+    assert (woken.state, woken.image_path) == ("running", None)
+    assert woken.slot_index is not None
+
+
+async def test_every_finished_boot_records_its_slot(fakes: Fakes) -> None:
+    ws = fakes.workspace
+    record = await fakes.running()
+    assert ws.sandboxes.get(record.id).slot_index == ws.sandboxes.live.slot_index_of(record.id)
+    await ws.lifecycle.park(record.id)
+    woken = await ws.lifecycle.wake(record.id)
+    assert woken.slot_index is not None
+    assert woken.slot_index == ws.sandboxes.live.slot_index_of(record.id)
+    children = await ws.lifecycle.fork(record.id, 2)
+    for child in children:
+        assert child.slot_index is not None
+        assert ws.sandboxes.get(child.id).slot_index == ws.sandboxes.live.slot_index_of(child.id)
+
+
 async def test_waking_whose_runtime_is_gone_settles_parked(fakes: Fakes) -> None:
     record = await fakes.running()
     ws = fakes.workspace
