@@ -26,6 +26,7 @@ from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.admission import Admission
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.storage import SandboxRecord
+from corral.timing import phase
 
 log = logging.getLogger("corral.pools")
 
@@ -134,42 +135,45 @@ class PoolService:
         )
         if not wanted:
             return None
-        *_, expires = self.admission.resolve(request)  # validates the rest
+        with phase("pool resolve"):
+            *_, expires = self.admission.resolve(request)  # validates the rest
         # Under the admission lock, so no admission slips between the quota check and the
         # claim's commit. The pick reads only the pool's rows; every live record is read only
         # when the caller's key has quotas to check (a claim is a few ms with thousands parked).
         async with self._claim_lock, self.admission.lock:
-            ready = [
-                r
-                for r in self.pooled(template.name)
-                if r.state == SandboxState.RUNNING and not r.operation
-            ]
-            if not ready:
-                self.schedule(template.name)
-                return None
-            pick = ready[0]
-            note_target(pick.id)
-            self.admission.check_quotas(  # a claimed sandbox counts against its key's quotas
-                lambda: self.db.sandboxes.list(states=LIVE_STATES),
-                [dataclasses.replace(pick, owner=access.new_owner(), pooled=False)],
-                "this sandbox",
-            )
+            with phase("pool pick"):
+                ready = [
+                    r
+                    for r in self.pooled(template.name)
+                    if r.state == SandboxState.RUNNING and not r.operation
+                ]
+                if not ready:
+                    self.schedule(template.name)
+                    return None
+                pick = ready[0]
+                note_target(pick.id)
+                self.admission.check_quotas(  # a claimed sandbox counts against its key's quotas
+                    lambda: self.db.sandboxes.list(states=LIVE_STATES),
+                    [dataclasses.replace(pick, owner=access.new_owner(), pooled=False)],
+                    "this sandbox",
+                )
             now = time.time()
             env = {**pick.env, **request.env}
-            record = self.db.sandboxes.update(
-                pick.id,
-                pooled=False,
-                env=env,
-                metadata=dict(request.metadata),
-                created_at=now,
-                expires_at=expires,
-                secret_keys=sorted(request.secret_env),
-                on_timeout=request.on_timeout,
-                auto_park_idle=request.auto_park_idle,
-                auto_wake=request.auto_wake,
-                last_active_at=now,
-                owner=access.new_owner(),
-            )
+            with phase("db update"):
+                record = self.db.sandboxes.update(
+                    pick.id,
+                    pooled=False,
+                    env=env,
+                    metadata=dict(request.metadata),
+                    created_at=now,
+                    expires_at=expires,
+                    secret_keys=sorted(request.secret_env),
+                    on_timeout=request.on_timeout,
+                    auto_park_idle=request.auto_park_idle,
+                    auto_wake=request.auto_wake,
+                    last_active_at=now,
+                    owner=access.new_owner(),
+                )
         self.schedule(template.name, delay=REFILL_DELAY)
         if request.env or request.secret_env:
             try:

@@ -104,3 +104,21 @@ def test_list_filters_by_state_pool_and_metadata_oldest_first(db: Database) -> N
     assert ids(db.sandboxes.list(metadata={"a": "1"})) == [made[1].id, made[0].id]
     assert db.sandboxes.list(states={"running"}) == [_orm_read(db, i) for i in
         (made[4].id, made[2].id, made[0].id)]  # fmt: skip
+
+
+def test_update_tells_listeners_before_and_after_and_refuses_what_is_not_a_field(
+    db: Database,
+) -> None:
+    seen: list[tuple[SandboxRecord | None, SandboxRecord]] = []
+    db.sandboxes.listeners.append(lambda before, after: seen.append((before, after)))
+    db.sandboxes.add(BARE)
+    after = db.sandboxes.update(BARE.id, state="parked", operation=None, metadata={"k": "v"})
+    assert after == db.sandboxes.get(BARE.id) == _orm_read(db, BARE.id)
+    assert (after.state, after.metadata) == ("parked", {"k": "v"})
+    assert seen[-1][0] is not None and seen[-1][0].state == "running"
+    assert seen[-1][1] == after
+    with pytest.raises(KeyError):
+        db.sandboxes.update("sb-missing00000", state="parked")
+    with pytest.raises(TypeError, match="not sandbox record fields: meta"):
+        db.sandboxes.update(BARE.id, meta={})
+    assert db.sandboxes.get(BARE.id) == after

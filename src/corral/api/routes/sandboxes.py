@@ -15,6 +15,7 @@ from corral.service.errors import InvalidRequest
 from corral.service.model import CreateRequest
 from corral.service.records import SandboxRecord
 from corral.service.workspace import Workspace
+from corral.timing import phase
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
@@ -77,7 +78,9 @@ async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schem
         )
     if body.snapshot is not None:
         return with_secrets(to_schema(await ws.snapshots.restore(body.snapshot, request)), ws)
-    return with_secrets(to_schema(await ws.creator.create(request)), ws)
+    record = await ws.creator.create(request)
+    with phase("sandbox answer"):
+        return with_secrets(to_schema(record), ws)
 
 
 def with_secrets(answer: schemas.Sandbox, ws: Workspace) -> schemas.Sandbox:
