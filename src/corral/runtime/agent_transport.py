@@ -304,20 +304,27 @@ class AgentTransport:
                 if answer.status >= 400:
                     body = await self._fast_body(answer, doing)
                     raise self._error(doing, httpx.Response(answer.status, content=body))
-                pending = b""
-                async for piece in answer.chunks():
-                    chunk = pending + piece if pending else piece
-                    lines = chunk.split(b"\n")
-                    pending = lines.pop()
-                    if len(pending) > MAX_ANSWER_BYTES:
-                        raise self._too_large(doing, "one event of the agent's stream")
-                    for line in lines:
-                        if line:
-                            yield json.loads(line)
+                async for event in self._ndjson(answer.chunks(), doing):
+                    yield event
         except AgentTransportError as exc:
             raise self._unavailable(doing, exc) from exc
         finally:
             self.in_flight -= 1
+
+    async def _ndjson(
+        self, chunks: AsyncIterator[bytes], doing: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The JSON events of an NDJSON stream, whichever client reads it; one event may not
+        exceed MAX_ANSWER_BYTES."""
+        pending = b""
+        async for piece in chunks:
+            lines = (pending + piece).split(b"\n")
+            pending = lines.pop()
+            if len(pending) > MAX_ANSWER_BYTES:
+                raise self._too_large(doing, "one event of the agent's stream")
+            for line in lines:
+                if line:
+                    yield json.loads(line)
 
     async def _events(
         self, method: str, url: str, doing: str, **kwargs: Any
@@ -330,16 +337,7 @@ class AgentTransport:
             async with self._open(method, url, timeout=FOLLOW_TIMEOUT, **kwargs) as resp:
                 if resp.status_code >= 400:
                     raise self._error(doing, await self._read_capped(resp, doing))
-                pending = b""
-                async for chunk in resp.aiter_raw():
-                    if pending:
-                        chunk = pending + chunk
-                    lines = chunk.split(b"\n")
-                    pending = lines.pop()
-                    if len(pending) > MAX_ANSWER_BYTES:
-                        raise self._too_large(doing, "one event of the agent's stream")
-                    for line in lines:
-                        if line:
-                            yield json.loads(line)
+                async for event in self._ndjson(resp.aiter_raw(), doing):
+                    yield event
         except httpx.TransportError as exc:
             raise self._unavailable(doing, exc) from exc
