@@ -53,6 +53,10 @@ class _Connection:
     def close(self) -> None:
         self.writer.close()
 
+    def abort(self) -> None:
+        """Drop the connection now, unsent bytes and all: a reader waiting on it wakes."""
+        self.writer.transport.abort()
+
 
 class Answer:
     """One answer: ``status``, ``headers`` (names lower-cased) and the body, read once with
@@ -114,20 +118,26 @@ class Answer:
 
 class AgentConnections:
     """Kept-alive connections to one agent at ``host``:``port``; usable from any coroutine of
-    one event loop (each request holds its own connection). ``aclose()`` closes them all."""
+    one event loop (each request holds its own connection). ``aclose()`` closes them all, the
+    ones a request is using too: a stream from a sandbox that is going away ends at once rather
+    than waiting on a peer that may never answer or reset again."""
 
     def __init__(self, host: str, port: int, *, max_idle: int = 16) -> None:
         self.host = host
         self.port = port
         self.max_idle = max_idle
         self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
         self._closed = False
 
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
+        busy, self._busy = self._busy, set()
         for connection in idle:
             connection.close()
+        for connection in busy:
+            connection.abort()
 
     async def _connect(self, connect_timeout: float | None) -> _Connection:
         now = time.monotonic()
@@ -169,6 +179,7 @@ class AgentConnections:
         if self._closed:
             raise AgentTransportError("the client is closed")
         connection = await self._connect(connect_timeout)
+        self._busy.add(connection)
         answer: Answer | None = None
         try:
             lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host}:{self.port}"]
@@ -189,6 +200,7 @@ class AgentConnections:
                 raise AgentTransportError(_describe(exc)) from exc
             yield answer
         finally:
+            self._busy.discard(connection)
             if answer is not None and answer.complete and answer.reusable:
                 self._release(connection)
             else:

@@ -172,3 +172,26 @@ async def test_refused_connections_and_silence_are_transport_errors(start: Start
     with pytest.raises(AgentTransportError, match="no answer within"):
         async with client.request("GET", "/", {}, head_timeout=0.2):
             pass
+
+
+async def test_closing_the_client_ends_a_stream_in_flight(start: Start) -> None:
+    # A killed sandbox's agent never answers nor resets again: closing the client must end the
+    # streams that are reading from it, not only drop the idle connections.
+    _, client = await start(
+        lambda _: b"HTTP/1.1 200 X\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+    )
+    got: list[bytes] = []
+    first = asyncio.Event()
+
+    async def follow() -> None:
+        async with client.request("POST", "/processes?stream=true", {}) as answer:
+            async for piece in answer.chunks():
+                got.append(piece)
+                first.set()
+
+    task = asyncio.create_task(follow())
+    await first.wait()
+    await client.aclose()
+    with pytest.raises(AgentTransportError):
+        await asyncio.wait_for(task, 60)  # a guard against hanging: TimeoutError fails the test
+    assert got == [b"hello"]
