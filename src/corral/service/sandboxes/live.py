@@ -171,11 +171,12 @@ class LiveSandboxes:
             # crash before then leaves a slot no record names, which the restart reaps.
             with phase("slot lease"):
                 slot = await self.network.lease()
-            key = old_key or self.keys.issue(record.id)
+            key = self.keys.issue(record.id)  # kept before any agent has it
             await self._run(record, rootfs, slot, env, key, image_dir)
-            client = await self.agents.connect(record.id, slot, key, verb)
-            if old_key is not None:
-                await self.agents.rekey(client, self.keys.issue(record.id))
+            if old_key is None:
+                client = await self.agents.connect(record.id, slot, key, verb)
+            else:
+                client = await self.agents.connect(record.id, slot, old_key, verb, rekey_to=key)
             self._slots[record.id] = slot
             self._clients[record.id] = client
         except BaseException as exc:
