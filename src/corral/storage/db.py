@@ -77,7 +77,7 @@ class Database:
         self.project_services = ProjectServiceRepository(self._sessions)
         self.ports = PortRepository(self._sessions)
         self.secrets = SecretRepository(self._sessions)
-        self.audit = AuditRepository(self._sessions)
+        self.audit = AuditRepository(self._sessions, self.engine)
         self.policy = PolicyRepository(self._sessions)
 
     def _migrate(self) -> None:
