@@ -76,7 +76,7 @@ class Database:
         self.trusted_keys = TrustedKeyRepository(self._sessions)
         self.project_services = ProjectServiceRepository(self._sessions)
         self.ports = PortRepository(self._sessions)
-        self.secrets = SecretRepository(self._sessions)
+        self.secrets = SecretRepository(self._sessions, self.engine)
         self.audit = AuditRepository(self._sessions, self.engine)
         self.policy = PolicyRepository(self._sessions)
 

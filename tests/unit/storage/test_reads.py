@@ -1,5 +1,5 @@
-"""Template, pin and API key records read back exactly as written: the plain-SQL reads give
-the same records as the ORM's, for every field, set or left at its default."""
+"""Template, pin, API key and secret binding records read back exactly as written: the
+plain-SQL reads give the same records as the ORM's, for every field, set or left at its default."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import pytest
 
 from corral.storage import apikeys, templates
 from corral.storage.db import Database
-from corral.storage.records import ApiKeyRecord, TemplatePin, TemplateRecord
+from corral.storage.records import (
+    ApiKeyRecord,
+    SecretBindingRecord,
+    TemplatePin,
+    TemplateRecord,
+)
 from corral.storage.tables import ApiKeyRow, TemplateRow
 
 
@@ -112,3 +117,16 @@ def test_key_reads_match_the_orm(db: Database, record: ApiKeyRecord) -> None:
     assert db.api_keys.find_by_hash(record.key_hash) == expected
     assert db.api_keys.get("k-missing") is None
     assert db.api_keys.find_by_hash("e" * 64) is None
+
+
+def test_secret_bindings_read_back_ordered_and_filtered(db: Database) -> None:
+    made = [
+        SecretBindingRecord("sb-2", "TOKEN", "corral-ph-2", 1700000002.5),
+        SecretBindingRecord("sb-1", "TOKEN", "corral-ph-1", 1700000001.25),
+        SecretBindingRecord("sb-1", "API", "corral-ph-0", 1),
+    ]
+    db.secrets.bind(made)
+    assert db.secrets.bindings() == [made[2], made[1], made[0]]
+    assert db.secrets.bindings("sb-1") == [made[2], made[1]]
+    assert db.secrets.bindings("sb-3") == []
+    assert type(db.secrets.bindings("sb-1")[0].created_at) is float
