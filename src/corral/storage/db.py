@@ -73,14 +73,14 @@ class Database:
         event.listen(self._sessions, "before_commit", _commit_started)
         event.listen(self._sessions, "after_commit", _commit_done)
         self.sandboxes = SandboxRepository(self._sessions, self.engine, on_sandbox_change)
-        self.api_keys = ApiKeyRepository(self._sessions)
-        self.templates = TemplateRepository(self._sessions)
+        self.api_keys = ApiKeyRepository(self._sessions, self.engine)
+        self.templates = TemplateRepository(self._sessions, self.engine)
         self.snapshots = SnapshotRepository(self._sessions)
         self.trusted_keys = TrustedKeyRepository(self._sessions)
         self.project_services = ProjectServiceRepository(self._sessions)
         self.ports = PortRepository(self._sessions)
-        self.secrets = SecretRepository(self._sessions)
-        self.audit = AuditRepository(self._sessions)
+        self.secrets = SecretRepository(self._sessions, self.engine)
+        self.audit = AuditRepository(self._sessions, self.engine)
         self.policy = PolicyRepository(self._sessions)
 
     def _migrate(self) -> None:
