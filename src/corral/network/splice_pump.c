@@ -41,8 +41,8 @@ static int move_once(struct corral_pump *p) {
         int64_t want = p->capacity - p->in_pipe;
         if (p->limit >= 0 && p->limit - p->moved - p->in_pipe < want)
             want = p->limit - p->moved - p->in_pipe;
-        ssize_t got = splice(p->src, NULL, p->write_end, NULL, (size_t)want, FLAGS);
-        if (got == 0) {
+        ssize_t got = want > 0 ? splice(p->src, NULL, p->write_end, NULL, (size_t)want, FLAGS) : 0;
+        if (got == 0) {  /* the end of src, or the limit already in the pipe */
             p->ended = 1;
         } else if (got > 0) {
             p->in_pipe += got;
