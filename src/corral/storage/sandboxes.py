@@ -125,21 +125,26 @@ ChangeListener = Callable[[SandboxRecord | None, SandboxRecord], None]
 
 
 class SandboxRepository:
-    """CRUD on the ``sandboxes`` table. Every write commits before returning, then tells the
-    ``listeners`` (the service's event stream) what changed; a listener must not raise."""
+    """CRUD on the ``sandboxes`` table. Every write commits before returning, then tells
+    ``on_change`` (the service's event stream) what changed; it must not raise."""
 
-    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        engine: Engine,
+        on_change: ChangeListener | None = None,
+    ) -> None:
         self._sessions = sessions
         self._engine = engine
-        self.listeners: list[ChangeListener] = []
+        self._on_change = on_change
 
     def _select(self, where: str, params: tuple[Any, ...]) -> builtins.list[SandboxRecord]:
         rows = fetch_all(self._engine, f"SELECT {_COLUMNS} FROM sandboxes {where}", params)
         return [_from_sql(row) for row in rows]
 
     def _changed(self, before: SandboxRecord | None, record: SandboxRecord) -> None:
-        for listener in self.listeners:
-            listener(before, record)
+        if self._on_change is not None:
+            self._on_change(before, record)
 
     def add(self, record: SandboxRecord) -> None:
         self.add_all([record])
