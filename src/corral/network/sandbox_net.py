@@ -70,8 +70,16 @@ def write_resolv_conf(directory: Path) -> str:
 
 class EgressControl(Protocol):
     async def attach(
-        self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None
-    ) -> None: ...
+        self,
+        sandbox_id: str,
+        slot: Slot,
+        policy: EgressPolicy,
+        names: Names | None = None,
+        *,
+        fresh: bool = False,
+    ) -> None:
+        """``fresh``: the slot was built for this lease and its sandbox has not run yet, so
+        no flow can be tracked in it (nothing to forget)."""
 
     async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
         """Apply a new policy to an attached sandbox; returns how many flows were cut."""
@@ -155,7 +163,13 @@ class SlotEgressControl:
         )
 
     async def _apply(
-        self, slot: Slot, policy: EgressPolicy, ctx: EgressContext, sandbox_id: str
+        self,
+        slot: Slot,
+        policy: EgressPolicy,
+        ctx: EgressContext,
+        sandbox_id: str,
+        *,
+        forget_flows: bool = True,
     ) -> int:
         plan = self._network.plan
         layout = plan.layout(slot.index)
@@ -169,14 +183,24 @@ class SlotEgressControl:
             intercept=self._intercepts(sandbox_id),
         )
         return await asyncio.to_thread(
-            egress.apply_slot_egress, layout.slot_ns, rules, layout.host_side_address
+            egress.apply_slot_egress,
+            layout.slot_ns,
+            rules,
+            layout.host_side_address,
+            forget_flows=forget_flows,
         )
 
     async def attach(
-        self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None
+        self,
+        sandbox_id: str,
+        slot: Slot,
+        policy: EgressPolicy,
+        names: Names | None = None,
+        *,
+        fresh: bool = False,
     ) -> None:
         ctx = await self._context()
-        await self._apply(slot, policy, ctx, sandbox_id)
+        await self._apply(slot, policy, ctx, sandbox_id, forget_flows=not fresh)
         current = self._attached.get(sandbox_id)
         if current is not None and current.slot == slot:
             current.box.update(policy, ctx)
@@ -235,13 +259,21 @@ class FakeEgress:
     policies: dict[str, EgressPolicy] = field(default_factory=dict)
     slots: dict[str, int] = field(default_factory=dict)
     saved: dict[str, Names] = field(default_factory=dict)
+    fresh: dict[str, bool] = field(default_factory=dict)  # of each sandbox's last attach
     services: tuple[ProjectService, ...] = ()
 
     async def attach(
-        self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None
+        self,
+        sandbox_id: str,
+        slot: Slot,
+        policy: EgressPolicy,
+        names: Names | None = None,
+        *,
+        fresh: bool = False,
     ) -> None:
         self.policies[sandbox_id] = policy
         self.slots[sandbox_id] = slot.index
+        self.fresh[sandbox_id] = fresh
 
     async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
         if sandbox_id in self.policies:

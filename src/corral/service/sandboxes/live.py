@@ -222,8 +222,8 @@ class LiveSandboxes:
         with beside():  # runs beside the runtime's boot, not inside it
             with phase("slot prepare"):
                 await self.network.prepare(slot)
-            with phase("egress attach"):
-                await self.policies.attach(record, slot)
+            with phase("egress attach"):  # the sandbox runs only once this is done
+                await self.policies.attach(record, slot, fresh=True)
 
     async def boot_build(
         self, sandbox_id: str, rootfs: Path, resources: Resources, policy: EgressPolicy
@@ -238,7 +238,7 @@ class LiveSandboxes:
             try:
                 slot = await self.network.lease()
                 await self.network.prepare(slot)
-                await self.policies.egress.attach(sandbox_id, slot, policy)
+                await self.policies.egress.attach(sandbox_id, slot, policy, fresh=True)
                 key = new_agent_key()
                 spec = SandboxSpec(
                     sandbox_id=sandbox_id,

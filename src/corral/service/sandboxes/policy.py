@@ -74,11 +74,13 @@ class NetworkPolicies:
     def resolv_conf(self) -> str:
         return write_resolv_conf(self.settings.data_dir / "network")
 
-    async def attach(self, record: SandboxRecord, slot: Slot) -> None:
+    async def attach(self, record: SandboxRecord, slot: Slot, *, fresh: bool = False) -> None:
+        """Attach the sandbox's stored policy to ``slot``; ``fresh``: a slot just leased for a
+        boot, before the sandbox runs (see ``EgressControl.attach``)."""
         names = self._names.pop(record.id, None)
         if names is None and record.parent_id:
             names = self.egress.names(record.parent_id)
-        await self.egress.attach(record.id, slot, self.of(record), names)
+        await self.egress.attach(record.id, slot, self.of(record), names, fresh=fresh)
 
     async def detach(self, sandbox_id: str, *, keep_names: bool = False) -> None:
         """Stop a sandbox's egress (never raises: logs what failed); ``keep_names`` keeps what

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from corral.network.sandbox_net import FakeEgress
 from corral.runtime.base import RuntimeStatus
 from corral.service.images import image_complete, seal_image
 from corral.service.lifecycle.park import park_paths
@@ -24,6 +25,26 @@ async def checkpointed(fakes: Fakes, record: SandboxRecord, *, seal: bool) -> No
     await ws.sandboxes.live.checkpoint(record.id, partial, leave_running=False)
     if seal:
         seal_image(partial, final, root=ws.lifecycle.parked_dir)
+
+
+async def test_only_an_adopted_sandboxs_egress_is_checked_against_its_flows(
+    fakes: Fakes,
+) -> None:
+    """A boot attaches its egress to a slot built for it before the sandbox runs: no flow can
+    be tracked there, so none is looked for (``fresh``). A sandbox adopted after a restart kept
+    running: its tracked flows are checked against the policy again."""
+    record = await fakes.running()
+    egress = fakes.workspace.sandboxes.policies.egress
+    assert isinstance(egress, FakeEgress)
+    assert egress.fresh[record.id] is True
+    await fakes.workspace.lifecycle.park(record.id)
+    await fakes.workspace.lifecycle.wake(record.id)
+    assert egress.fresh[record.id] is True
+    ws = await fakes.stop_daemon()
+    await ws.start()
+    adopted = ws.sandboxes.policies.egress
+    assert isinstance(adopted, FakeEgress)
+    assert adopted.fresh[record.id] is False
 
 
 async def test_running_and_alive_is_adopted(fakes: Fakes) -> None:
