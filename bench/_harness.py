@@ -136,21 +136,31 @@ def private_daemon(settings: dict[str, str] | None = None) -> Iterator[Daemon]:
         **(settings or {}),
     }
     log = open(data_dir.with_suffix(".log"), "wb")  # noqa: SIM115 (closed in the finally below)
-    process = subprocess.Popen(
-        [CORRAL, "serve", "--data-dir", str(data_dir / "data"), "--listen", f"127.0.0.1:{port}"],
-        stdout=log,
-        stderr=log,
-        env=env,
-    )
+    command = [
+        CORRAL,
+        "serve",
+        "--data-dir",
+        str(data_dir / "data"),
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
     url = f"http://127.0.0.1:{port}"
-    failed, key = False, ""
-    try:
+
+    def start() -> subprocess.Popen[bytes]:
+        started = subprocess.Popen(command, stdout=log, stderr=log, env=env)
         for _ in range(600):
+            if started.poll() is not None:
+                break
             try:
                 if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
+        return started
+
+    process = start()
+    failed, key = False, ""
+    try:
         key = (data_dir / "data" / "admin.key").read_text().strip()
         yield Daemon(url, key, process, data_dir)
     except Exception:  # kept for a failure, not for Ctrl-C
@@ -158,6 +168,17 @@ def private_daemon(settings: dict[str, str] | None = None) -> Iterator[Daemon]:
         raise
     finally:
         with signals_held():
+            if process.poll() is not None and key:
+                # A daemon that died leaves its sandboxes running (frozen ones stuck in the
+                # freezer). The same daemon started again on its data dir adopts them (and thaws
+                # the frozen), so the usual API teardown below can remove every one.
+                failed = True
+                print(
+                    f"the bench daemon died (exit {process.returncode}); starting it again "
+                    "on its data dir to remove its sandboxes",
+                    file=sys.stderr,
+                )
+                process = start()
             _stop_daemon(url, key, process)
         log.close()
         # The daemon's runsc state dir (keyed as GVisorRuntime keys it); removed once empty.

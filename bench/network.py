@@ -20,7 +20,10 @@ connection; each path runs ``--rounds`` times, interleaved with the others, and 
 are shown. Beside MiB/s it prints CPU seconds per GiB moved over the transfers: the proxy's own
 (user = Python, sys = the kernel's work for its two connections) and all of the client's, the
 server's and the proxy's together. These hardly move with the host's load, and on two saturated
-cores a proxied path's throughput ratio tends to its CPU ratio. Everything lives in namespaces
+cores a proxied path's throughput ratio tends to its CPU ratio. ``cpu-wait`` says whether a path
+waits for CPUs or for its peers: the share of the transfers' time that the client's and the
+server's threads spent runnable without a CPU (``/proc/thread-self/schedstat``), beside the
+host's idle share over the same time (``/proc/stat``). Everything lives in namespaces
 made here (the lab of tests/integration/network) and is removed at the end.
 Usage: ``.venv/bin/python bench/network.py [--runs 200] [--size 256]``.
 """
@@ -54,6 +57,8 @@ def serve(conn):
     buf = bytearray(1 << 20)
     view = memoryview(buf)
     pending = b""
+    start = open("/proc/thread-self/schedstat").read().split()
+    moved = 0
     try:
         while True:
             while b"\r\n\r\n" not in pending:
@@ -69,6 +74,7 @@ def serve(conn):
                 name, _, value = line.partition(b":")
                 if name.strip().lower() == b"content-length":
                     length = int(value)
+            moved += length
             left = length - len(pending[:length])
             pending = pending[length:]
             while left:
@@ -78,6 +84,7 @@ def serve(conn):
                 left -= got
             if path.startswith(b"/download/"):
                 size = int(path.rsplit(b"/", 1)[1])
+                moved += size
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
                 while size:
                     part = min(size, len(BLOCK))
@@ -87,6 +94,9 @@ def serve(conn):
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
     finally:
         conn.close()
+        if moved >= 1 << 20:  # a transfer: its thread's seconds on a CPU and waiting for one
+            end = open("/proc/thread-self/schedstat").read().split()
+            print(*((int(end[i]) - int(start[i])) / 1e9 for i in (0, 1)), flush=True)
 
 listener = socket.create_server((address, port), backlog=256, reuse_port=True)
 print("ready", flush=True)
@@ -137,6 +147,7 @@ for _ in range(runs):
     s.close()
 print("set-ups done", flush=True)  # the bench reads the proxy's CPU time, then says go
 sys.stdin.readline()
+sched = open("/proc/thread-self/schedstat").read().split()
 s = socket.create_connection((address, port), timeout=60)
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 block = b"y" * (1 << 20)
@@ -151,11 +162,14 @@ s.sendall(head("GET", "/download/%d" % size))
 read_answer(s, buf)
 down = time.perf_counter() - started
 s.close()
+sched = [(int(b) - int(a)) / 1e9
+         for a, b in zip(sched[:2], open("/proc/thread-self/schedstat").read().split())]
 small.sort()
 mib = size / (1 << 20)
 own = os.times()  # over the set-ups and the transfers; the set-ups are a small part
 print(json.dumps({"setup_ms": small[len(small) // 2], "up": mib / up, "down": mib / down,
-                  "client_cpu": own.user + own.system}))
+                  "client_cpu": own.user + own.system, "client_sched": sched,
+                  "seconds": up + down}))
 """
 
 PROXY = r"""
@@ -197,7 +211,7 @@ class Processes:
     def __init__(self) -> None:
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, netns: str, script: str, *args: str) -> int:
+    def start(self, netns: str, script: str, *args: str) -> subprocess.Popen[bytes]:
         command = ["ip", "netns", "exec", netns, sys.executable, "-c", script, *args]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.started.append(process)
@@ -206,7 +220,7 @@ class Processes:
         if line.strip() != b"ready":
             assert process.stderr is not None
             raise SystemExit(f"{args} in {netns} did not start: {process.stderr.read()[-600:]!r}")
-        return process.pid
+        return process
 
     def stop(self) -> None:
         for process in self.started:
@@ -222,6 +236,12 @@ def _own_cpu() -> tuple[float, float]:
     return times.user, times.system
 
 
+def _host_idle() -> tuple[int, int]:
+    """The host's idle and total CPU time since boot, in ticks (``/proc/stat``)."""
+    ticks = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return ticks[3] + ticks[4], sum(ticks)
+
+
 def _cpu_of(pid: int) -> tuple[float, float]:
     """Process ``pid``'s user and system CPU seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -235,11 +255,13 @@ async def client(
     runs: int,
     size: int,
     cpu: Callable[[], tuple[float, float]],
-    server_pid: int,
+    server: subprocess.Popen[bytes],
 ) -> dict:
     """One round on one path: the set-ups, then the transfers; ``user``/``sys`` are ``cpu()``'s
     (the proxy's) growth over the transfers alone, ``all`` the CPU time of the client, the
-    server and the proxy together, each in seconds per GiB moved."""
+    server and the proxy together, each in seconds per GiB moved. ``wait`` is the share of the
+    transfers' time that the client's and the server's threads spent runnable but without a
+    CPU (the mean of the two), ``idle`` the host's idle share of its CPUs over that time."""
     address, port, host, prefix, token = target
     command = ["ip", "netns", "exec", netns, sys.executable, "-c", CLIENT]
     command += [address, str(port), host, prefix, token, str(runs), str(size)]
@@ -248,13 +270,19 @@ async def client(
     )
     assert process.stdout is not None and process.stdin is not None
     said = await process.stdout.readline()
-    before, server_before = cpu(), sum(_cpu_of(server_pid))
+    before, server_before, idle_before = cpu(), sum(_cpu_of(server.pid)), _host_idle()
     process.stdin.write(b"go\n")
     out, err = await process.communicate()
-    after, server_after = cpu(), sum(_cpu_of(server_pid))
+    after, server_after, idle_after = cpu(), sum(_cpu_of(server.pid)), _host_idle()
     if process.returncode != 0 or said.strip() != b"set-ups done":
         raise SystemExit(f"client in {netns} failed: {err.decode()[-600:]}")
     figures: dict = json.loads(out)
+    assert server.stdout is not None  # the server's thread says so when the transfer's closed
+    server_sched = [float(n) for n in (await asyncio.to_thread(server.stdout.readline)).split()]
+    seconds = figures.pop("seconds")
+    client_wait = figures.pop("client_sched")[1]
+    figures["wait"] = (client_wait + server_sched[1]) / 2 / seconds
+    figures["idle"] = (idle_after[0] - idle_before[0]) / (idle_after[1] - idle_before[1])
     gib = 2 * size / (1 << 30)  # one upload and one download
     figures["user"] = (after[0] - before[0]) / gib
     figures["sys"] = (after[1] - before[1]) / gib
@@ -326,7 +354,7 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
             plain_server = processes.start(plain_b, SERVER, "198.18.1.2", str(SERVER_PORT))
             web_server = processes.start(lab.inet_ns, SERVER, WEB, "80")
             sandbox_server = processes.start(lab.sbx(2), SERVER, "0.0.0.0", str(SERVER_PORT))
-            inbound_pid = processes.start(
+            inbound = processes.start(
                 lab.host_ns, PROXY, str(REPO / "src"), slot_address, str(SERVER_PORT), TOKEN,
                 str(PROXY_PORT),
             )  # fmt: skip
@@ -347,7 +375,7 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
             # The proxy's CPU seconds per GiB moved (the egress proxy runs in this process,
             # the inbound one in its own), user (Python) and system (the kernel's TCP work):
             # unlike MiB/s, they hardly move with the host's load, and say where the cost is.
-            proxy_cpu = {"filtered": _own_cpu, "inbound": lambda: _cpu_of(inbound_pid)}
+            proxy_cpu = {"filtered": _own_cpu, "inbound": lambda: _cpu_of(inbound.pid)}
             for _ in range(repeats):  # interleaved, so a busy moment hits every path alike
                 for name, (netns, target) in paths.items():
                     cpu = proxy_cpu.get(name, lambda: (0.0, 0.0))
@@ -356,7 +384,7 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
             for name, measured in rounds.items():
                 results[name] = {
                     key: sorted(m[key] for m in measured)[len(measured) // 2]
-                    for key in ("setup_ms", "up", "down", "user", "sys", "all")
+                    for key in ("setup_ms", "up", "down", "user", "sys", "all", "wait", "idle")
                 }
         finally:
             processes.stop()
@@ -373,7 +401,7 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
     print(
         f"{'path':9} {'setup p50 ms':>13} {'x plain':>8} {'up MiB/s':>9} {'plain/path':>11}"
         f" {'down MiB/s':>11} {'plain/path':>11} {'proxy s/GiB usr+sys':>20}"
-        f" {'all s/GiB':>10}"
+        f" {'all s/GiB':>10} {'cpu-wait':>9} {'idle':>5}"
     )
     for name, figures in results.items():
         print(
@@ -381,6 +409,7 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str]) -> None:
             f" {figures['up']:9.0f} {plain['up'] / figures['up']:11.2f}"
             f" {figures['down']:11.0f} {plain['down'] / figures['down']:11.2f}"
             f" {figures['user']:11.2f}+{figures['sys']:.2f} {figures['all']:10.2f}"
+            f" {figures['wait']:9.0%} {figures['idle']:5.0%}"
         )
 
     def goal(text: str, met: bool) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from corral.config import Settings
 from corral.network import egress as host_egress
 from corral.network.conflicts import check_subnet_free
-from corral.network.sandbox_net import SlotEgressControl
+from corral.network.sandbox_net import EgressControl, EgressWiring, SlotEgressControl
 from corral.network.slots import SlotNetwork
 from corral.runtime.gvisor import GVisorRuntime
 from corral.runtime.inject import go_agent_mount, host_agent_mount
@@ -41,17 +41,19 @@ def open_workspace(settings: Settings) -> Workspace:
         spare=SPARE_SLOTS,
         egress_uplinks=uplinks,
     )
-    egress = SlotEgressControl(
-        network, upstreams=settings.dns_upstream_list, internet=settings.egress_allowed
-    )
+
+    def egress(wiring: EgressWiring) -> EgressControl:
+        return SlotEgressControl(
+            network, wiring, upstreams=settings.dns_upstream_list, internet=settings.egress_allowed
+        )
+
     if settings.agent == "go":
         agent = go_agent_mount(compiled_dir=settings.data_dir / "agent")
     else:
         agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
-    workspace = Workspace.build(settings, runtime, network, agent, egress=egress)
 
     async def close_network() -> None:
-        await egress.close()
+        # After the workspace has closed the sandboxes' egress (Workspace.stop).
         # Sandboxes left running keep their slots and the host rules that fence them in;
         # with none left, nothing of the daemon's may stay in the host's network.
         if network.leased:
@@ -60,7 +62,6 @@ def open_workspace(settings: Settings) -> Workspace:
             await network.close()
             runtime.close()
 
-    workspace.on_stop.append(close_network)
-    workspace.on_stop.append(workspace.builds.close)
-    workspace.on_stop.append(workspace.templates.close)
-    return workspace
+    return Workspace.build(
+        settings, runtime, network, agent, egress=egress, close_mechanisms=close_network
+    )

@@ -15,7 +15,7 @@ import posixpath
 import stat
 
 from .errors import ApiError, bad_request, os_error
-from .http import FILE_CHUNK, MAX_JSON_BODY, parse_flag, parse_int
+from .wire import FILE_CHUNK, MAX_JSON_BODY, parse_flag, parse_int
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -21,9 +21,10 @@ from .files import (
     resolve_path,
     send_file,
 )
-from .http import LAST_CHUNK, STREAM_HEAD, Connection, chunk, parse_flag, parse_int
+from .http import Connection
 from .keys import authorized, valid_key
 from .process import encode_events
+from .wire import LAST_CHUNK, STREAM_HEAD, chunk, parse_flag, parse_int
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

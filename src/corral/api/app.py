@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -52,10 +52,16 @@ MIB = 1024 * 1024
 
 
 def create_app(
-    ws: Workspace, *, manage_lifespan: bool = True, console_dir: Path | None = None
+    ws: Workspace,
+    *,
+    manage_lifespan: bool = True,
+    console_dir: Path | None = None,
+    closing: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> FastAPI:
     """Build the app for a workspace; with ``manage_lifespan`` the app starts and stops it.
-    ``console_dir`` holds the built console (default: the package's own build)."""
+    ``console_dir`` holds the built console (default: the package's own build); ``closing``:
+    what the app's edges beside it hold (the inbound proxy), closed at shutdown before the
+    workspace stops, like the E2B front's port forwarder."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -70,6 +76,8 @@ def create_app(
             async with mcp_http.running():
                 yield
         finally:
+            for close in (*closing, e2b_ports.aclose):
+                await close()
             if manage_lifespan:
                 await ws.stop()
 
@@ -119,9 +127,9 @@ def create_app(
     ):
         app.include_router(module.router, dependencies=authed)
     app.include_router(docs_router(app), dependencies=authed)
-    install_e2b(app)
+    e2b_ports = install_e2b(app, ws)
     install_console(app, console_dir)
-    mcp_http = install_mcp(app)
+    mcp_http = install_mcp(app, ws.api_keys, ws.settings.listen)
     return app
 
 

@@ -1,4 +1,6 @@
-"""Dependencies shared by the routes, as ``Annotated`` aliases.
+"""Dependencies shared by the routes, as ``Annotated`` aliases: the caller's key and
+permission, the ``path`` parameter, and one typed dependency per service (``SandboxesDep``,
+``LifecycleDep``, ...), so that a route takes exactly the services it calls.
 
 Every dependency is ``async def``, even where it awaits nothing: FastAPI runs a plain ``def``
 dependency in a worker thread (a thread-pool round trip per dependency per request, ~0.2 ms of
@@ -15,14 +17,29 @@ from fastapi import Depends, Request
 
 from corral.api.permissions import permission_of
 from corral.service.access import Principal, acting_as, authorize
-from corral.service.audit import current_note
-from corral.service.auth import principal_of
+from corral.service.audit import AuditLog, current_note
+from corral.service.auth import ApiKeys, principal_of
+from corral.service.builds import BuildService
 from corral.service.code import CodeService
-from corral.service.console_sessions import COOKIE_NAME, CSRF_HEADER
+from corral.service.console_sessions import COOKIE_NAME, CSRF_HEADER, ConsoleSessions
+from corral.service.create import SandboxCreator
 from corral.service.errors import InvalidRequest, Unauthorized
+from corral.service.events import EventBus
 from corral.service.files import FileService
+from corral.service.lifecycle import LifecycleService
+from corral.service.metrics import MetricsService
+from corral.service.policy import PolicyService
+from corral.service.pools import PoolService
+from corral.service.ports import PortService
 from corral.service.processes import ProcessService
+from corral.service.project_services import ProjectServices
 from corral.service.sandboxes import SandboxService
+from corral.service.sandboxes.admission import Admission
+from corral.service.secrets import SecretService
+from corral.service.snapshots.service import SnapshotService
+from corral.service.snapshots.transfer import TransferService
+from corral.service.snapshots.trust import TrustService
+from corral.service.templates import TemplateService
 from corral.service.workspace import Workspace
 
 
@@ -121,37 +138,126 @@ async def sandbox_path(request: Request) -> str:
     raise InvalidRequest("query parameter 'path' is required")
 
 
-async def _workspace(request: Request) -> Workspace:
-    return get_workspace(request)
-
-
 async def _presented_key(request: Request) -> str | None:
     return presented_key(request)
 
 
-WorkspaceDep = Annotated[Workspace, Depends(_workspace)]
 PresentedKeyDep = Annotated[str | None, Depends(_presented_key)]
 PrincipalDep = Annotated[Principal, Depends(authorize_route)]
-
-
-async def _sandboxes(ws: WorkspaceDep) -> SandboxService:
-    return ws.sandboxes
-
-
-async def _processes(ws: WorkspaceDep) -> ProcessService:
-    return ws.processes
-
-
-async def _files(ws: WorkspaceDep) -> FileService:
-    return ws.files
-
-
-async def _code(ws: WorkspaceDep) -> CodeService:
-    return ws.code
-
-
-SandboxesDep = Annotated[SandboxService, Depends(_sandboxes)]
-ProcessesDep = Annotated[ProcessService, Depends(_processes)]
-FilesDep = Annotated[FileService, Depends(_files)]
-CodeDep = Annotated[CodeService, Depends(_code)]
 PathDep = Annotated[str, Depends(sandbox_path)]
+
+
+# One dependency per service: a route names the services it calls, and nothing else of the
+# workspace. Each reads one attribute of the app's workspace (no dependency chain, no thread).
+
+
+async def _api_keys(request: Request) -> ApiKeys:
+    return get_workspace(request).api_keys
+
+
+async def _audit(request: Request) -> AuditLog:
+    return get_workspace(request).audit
+
+
+async def _admission(request: Request) -> Admission:
+    return get_workspace(request).admission
+
+
+async def _builds(request: Request) -> BuildService:
+    return get_workspace(request).builds
+
+
+async def _code(request: Request) -> CodeService:
+    return get_workspace(request).code
+
+
+async def _console_sessions(request: Request) -> ConsoleSessions:
+    return get_workspace(request).console_sessions
+
+
+async def _creator(request: Request) -> SandboxCreator:
+    return get_workspace(request).creator
+
+
+async def _events(request: Request) -> EventBus:
+    return get_workspace(request).events
+
+
+async def _files(request: Request) -> FileService:
+    return get_workspace(request).files
+
+
+async def _lifecycle(request: Request) -> LifecycleService:
+    return get_workspace(request).lifecycle
+
+
+async def _metrics(request: Request) -> MetricsService:
+    return get_workspace(request).metrics
+
+
+async def _policy(request: Request) -> PolicyService:
+    return get_workspace(request).policy
+
+
+async def _pools(request: Request) -> PoolService:
+    return get_workspace(request).pools
+
+
+async def _ports(request: Request) -> PortService:
+    return get_workspace(request).ports
+
+
+async def _processes(request: Request) -> ProcessService:
+    return get_workspace(request).processes
+
+
+async def _project_services(request: Request) -> ProjectServices:
+    return get_workspace(request).services
+
+
+async def _sandboxes(request: Request) -> SandboxService:
+    return get_workspace(request).sandboxes
+
+
+async def _secrets(request: Request) -> SecretService:
+    return get_workspace(request).secrets
+
+
+async def _snapshots(request: Request) -> SnapshotService:
+    return get_workspace(request).snapshots
+
+
+async def _templates(request: Request) -> TemplateService:
+    return get_workspace(request).templates
+
+
+async def _transfer(request: Request) -> TransferService:
+    return get_workspace(request).transfer
+
+
+async def _trust(request: Request) -> TrustService:
+    return get_workspace(request).trust
+
+
+ApiKeysDep = Annotated[ApiKeys, Depends(_api_keys)]
+AuditDep = Annotated[AuditLog, Depends(_audit)]
+AdmissionDep = Annotated[Admission, Depends(_admission)]
+BuildsDep = Annotated[BuildService, Depends(_builds)]
+CodeDep = Annotated[CodeService, Depends(_code)]
+ConsoleSessionsDep = Annotated[ConsoleSessions, Depends(_console_sessions)]
+CreatorDep = Annotated[SandboxCreator, Depends(_creator)]
+EventsDep = Annotated[EventBus, Depends(_events)]
+FilesDep = Annotated[FileService, Depends(_files)]
+LifecycleDep = Annotated[LifecycleService, Depends(_lifecycle)]
+MetricsDep = Annotated[MetricsService, Depends(_metrics)]
+PolicyDep = Annotated[PolicyService, Depends(_policy)]
+PoolsDep = Annotated[PoolService, Depends(_pools)]
+PortsDep = Annotated[PortService, Depends(_ports)]
+ProcessesDep = Annotated[ProcessService, Depends(_processes)]
+ProjectServicesDep = Annotated[ProjectServices, Depends(_project_services)]
+SandboxesDep = Annotated[SandboxService, Depends(_sandboxes)]
+SecretsDep = Annotated[SecretService, Depends(_secrets)]
+SnapshotsDep = Annotated[SnapshotService, Depends(_snapshots)]
+TemplatesDep = Annotated[TemplateService, Depends(_templates)]
+TransferDep = Annotated[TransferService, Depends(_transfer)]
+TrustDep = Annotated[TrustService, Depends(_trust)]

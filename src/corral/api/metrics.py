@@ -20,7 +20,6 @@ Served at ``GET /metrics`` (admin keys, scope ``metrics``) in the text expositio
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -61,9 +60,7 @@ class WorkspaceCollector(Collector):
         yield GaugeMetricFamily(
             "corral_cpu_overcommit", "vCPUs handed out per host CPU", value=report.cpu_overcommit
         )
-        counts = Tally(
-            "pooled" if r.pooled else r.state for r in self.ws.db.sandboxes.list(states=None)
-        )
+        counts = self.ws.metrics.sandbox_counts()
         family = GaugeMetricFamily("corral_sandboxes", "Sandboxes by state", labels=["state"])
         for state in (*STATES, "pooled"):
             family.add_metric([state], counts.get(state, 0))

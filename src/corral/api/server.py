@@ -67,11 +67,10 @@ def serve(data_dir: Path | str | None = None, listen: str | None = None) -> None
     log = logging.getLogger("corral.daemon")
     started = time.monotonic()
     workspace = open_workspace(settings)
-    app = create_app(workspace)
     max_head = settings.http_max_head_kib * 1024
     # The E2B front serves envd's host names (49983-ID.domain) itself.
     inbound = InboundProxy(workspace.ports, app_ports=frozenset({ENVD_PORT}), max_head=max_head)
-    workspace.on_stop.insert(0, inbound.close)
+    app = create_app(workspace, closing=(inbound.close,))
     log.info(
         "corral starting on http://%s (data dir %s, admin key in %s)",
         settings.listen,

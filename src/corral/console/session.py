@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
-from corral.api.deps import console_session_key, get_workspace, own_origin
+from corral.api.deps import ApiKeysDep, ConsoleSessionsDep, console_session_key, own_origin
 from corral.service.console_sessions import COOKIE_NAME, ConsoleSession
 from corral.service.errors import InvalidRequest, Unauthorized
 from corral.service.records import ApiKeyRecord
@@ -43,14 +43,19 @@ def _info(record: ApiKeyRecord, session: ConsoleSession) -> SessionInfo:
 
 
 @router.post("/session", response_model=SessionInfo)
-async def log_in(body: LoginRequest, request: Request, response: Response) -> SessionInfo:
+async def log_in(
+    body: LoginRequest,
+    request: Request,
+    response: Response,
+    sessions: ConsoleSessionsDep,
+    api_keys: ApiKeysDep,
+) -> SessionInfo:
     """Exchange a one-time login token (or an API key) for a session cookie."""
     _check_origin(request)
-    ws = get_workspace(request)
     if (body.token is None) == (body.api_key is None):
         raise InvalidRequest("log in with exactly one of 'token' (a login link's) and 'api_key'")
     if body.token is not None:
-        api_key = ws.console_sessions.redeem_token(body.token)
+        api_key = sessions.redeem_token(body.token)
         if api_key is None:
             raise Unauthorized(
                 "this login link was already used or has expired: run `corral console` "
@@ -58,12 +63,12 @@ async def log_in(body: LoginRequest, request: Request, response: Response) -> Se
             )
     else:
         api_key = body.api_key or ""
-    record = ws.api_keys.verify(api_key)
-    cookie, session = ws.console_sessions.open(api_key)
+    record = api_keys.verify(api_key)
+    cookie, session = sessions.open(api_key)
     response.set_cookie(
         COOKIE_NAME,
         cookie,
-        max_age=int(ws.console_sessions.session_ttl),
+        max_age=int(sessions.session_ttl),
         path="/",
         httponly=True,
         samesite="strict",
@@ -73,20 +78,21 @@ async def log_in(body: LoginRequest, request: Request, response: Response) -> Se
 
 
 @router.get("/session", response_model=SessionInfo)
-async def who_am_i(request: Request) -> SessionInfo:
+async def who_am_i(
+    request: Request, sessions: ConsoleSessionsDep, api_keys: ApiKeysDep
+) -> SessionInfo:
     """The session's key name, role and CSRF token (401 when not logged in)."""
-    ws = get_workspace(request)
     api_key = console_session_key(request)
-    session = ws.console_sessions.get(request.cookies.get(COOKIE_NAME))
+    session = sessions.get(request.cookies.get(COOKIE_NAME))
     if api_key is None or session is None:
         raise Unauthorized("not logged in to the console")
-    return _info(ws.api_keys.verify(api_key), session)
+    return _info(api_keys.verify(api_key), session)
 
 
 @router.delete("/session", status_code=204)
-async def log_out(request: Request) -> Response:
+async def log_out(request: Request, sessions: ConsoleSessionsDep) -> Response:
     console_session_key(request)  # a logout is a change: the CSRF token and origin are checked
-    get_workspace(request).console_sessions.close(request.cookies.get(COOKIE_NAME))
+    sessions.close(request.cookies.get(COOKIE_NAME))
     response = Response(status_code=204)
     response.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict")
     return response

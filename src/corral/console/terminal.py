@@ -32,6 +32,7 @@ from corral.service.access import Permission, acting_as, authorize
 from corral.service.auth import principal_of
 from corral.service.console_sessions import COOKIE_NAME
 from corral.service.errors import CorralError, InvalidRequest
+from corral.service.processes import ProcessService
 from corral.service.records import ApiKeyRecord
 from corral.service.workspace import Workspace
 
@@ -86,9 +87,9 @@ async def terminal(websocket: WebSocket, sandbox_id: str) -> None:
         acting_as(principal)
         authorize(Permission("sandboxes", "write"), principal)
         ws.rate_limits.take(key)
-        pid = await _open(websocket, ws, sandbox_id)
+        pid = await _open(websocket, ws.processes, sandbox_id)
         await websocket.send_text(json.dumps({"type": "ready", "pid": pid}))
-        await _bridge(websocket, ws, sandbox_id, pid)
+        await _bridge(websocket, ws.processes, sandbox_id, pid)
     except WebSocketDisconnect:
         return
     except CorralError as exc:
@@ -106,7 +107,7 @@ async def terminal(websocket: WebSocket, sandbox_id: str) -> None:
         await websocket.close()
 
 
-async def _open(websocket: WebSocket, ws: Workspace, sandbox_id: str) -> int:
+async def _open(websocket: WebSocket, processes: ProcessService, sandbox_id: str) -> int:
     query = websocket.query_params
     rows = _size(query.get("rows"), 24, 1000)
     cols = _size(query.get("cols"), 80, 1000)
@@ -115,24 +116,26 @@ async def _open(websocket: WebSocket, ws: Workspace, sandbox_id: str) -> int:
             pid = int(query["pid"])
         except ValueError:
             raise InvalidRequest(f"pid {query['pid']!r} is not a number") from None
-        info = await ws.processes.get_process(sandbox_id, pid, action="attach to a terminal in")
+        info = await processes.get_process(sandbox_id, pid, action="attach to a terminal in")
         if not info.get("pty"):
             raise InvalidRequest(f"process {pid} in sandbox {sandbox_id} is not a terminal")
         if info.get("exit_code") is not None or info.get("state") == "exited":
             raise CorralError(
                 f"the terminal (process {pid}) in sandbox {sandbox_id} has ended", code="not_found"
             )
-        await ws.processes.resize(sandbox_id, pid, rows, cols)
+        await processes.resize(sandbox_id, pid, rows, cols)
         return pid
     spec: dict[str, Any] = {"env": {}, "pty": {"rows": rows, "cols": cols}}
-    return await ws.processes.start_pty(sandbox_id, spec)
+    return await processes.start_pty(sandbox_id, spec)
 
 
-async def _bridge(websocket: WebSocket, ws: Workspace, sandbox_id: str, pid: int) -> None:
+async def _bridge(
+    websocket: WebSocket, processes: ProcessService, sandbox_id: str, pid: int
+) -> None:
     """Copy output to the socket and keystrokes to the terminal until either side ends."""
 
     async def output() -> None:
-        events = await ws.processes.events(sandbox_id, pid, -1, True)
+        events = await processes.events(sandbox_id, pid, -1, True)
         async for event in events:
             kind = event.get("type")
             if kind in ("stdout", "stderr") and event.get("data"):
@@ -162,11 +165,9 @@ async def _bridge(websocket: WebSocket, ws: Workspace, sandbox_id: str, pid: int
             if data:
                 if len(data) > MAX_INPUT:
                     raise InvalidRequest(f"a terminal input frame is over {MAX_INPUT} bytes")
-                await ws.processes.send_stdin(
-                    sandbox_id, pid, data, action="type into a terminal in"
-                )
+                await processes.send_stdin(sandbox_id, pid, data, action="type into a terminal in")
             elif message.get("text"):
-                await _control(ws, sandbox_id, pid, message["text"])
+                await _control(processes, sandbox_id, pid, message["text"])
 
     tasks = [asyncio.create_task(output()), asyncio.create_task(keystrokes())]
     try:
@@ -185,7 +186,7 @@ async def _bridge(websocket: WebSocket, ws: Workspace, sandbox_id: str, pid: int
             raise error
 
 
-async def _control(ws: Workspace, sandbox_id: str, pid: int, text: str) -> None:
+async def _control(processes: ProcessService, sandbox_id: str, pid: int, text: str) -> None:
     try:
         message = json.loads(text[:1024])
     except ValueError:
@@ -193,4 +194,4 @@ async def _control(ws: Workspace, sandbox_id: str, pid: int, text: str) -> None:
     if isinstance(message, dict) and message.get("type") == "resize":
         rows = _size(str(message.get("rows")), 24, 1000)
         cols = _size(str(message.get("cols")), 80, 1000)
-        await ws.processes.resize(sandbox_id, pid, rows, cols)
+        await processes.resize(sandbox_id, pid, rows, cols)

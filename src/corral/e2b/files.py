@@ -24,13 +24,9 @@ from corral.e2b.errors import files_error_of, gone_message
 from corral.e2b.multipart import read_parts
 from corral.e2b.tokens import AccessTokens
 from corral.service.errors import CorralError, InvalidRequest, Unauthorized
+from corral.service.files import FileService
 from corral.service.model import SandboxState
-from corral.service.workspace import Workspace
-
-
-def _ws(request: Request) -> Workspace:
-    ws: Workspace = request.app.state.workspace
-    return ws
+from corral.service.sandboxes import SandboxService
 
 
 def _tokens(request: Request) -> AccessTokens:
@@ -48,7 +44,9 @@ def _expiration(request: Request) -> int | None:
         raise InvalidRequest("signature_expiration must be a unix time") from exc
 
 
-def authorised_sandbox(request: Request, operation: str, path: str) -> str:
+def authorised_sandbox(
+    request: Request, operation: str, path: str, sandboxes: SandboxService
+) -> str:
     """The sandbox this /files request may touch: the dispatcher's (token checked), or the one
     whose token signed the URL."""
     sandbox_id = sandbox_of(request.headers)
@@ -63,10 +61,7 @@ def authorised_sandbox(request: Request, operation: str, path: str) -> str:
     candidates = (
         [sandbox_id]
         if sandbox_id
-        else [
-            r.id
-            for r in _ws(request).sandboxes.list(states=[SandboxState.RUNNING, SandboxState.PARKED])
-        ]
+        else [r.id for r in sandboxes.list(states=[SandboxState.RUNNING, SandboxState.PARKED])]
     )
     for candidate in candidates:
         if tokens.check_signature(
@@ -108,65 +103,71 @@ def _written(path: str) -> dict[str, Any]:
     return {"name": posixpath.basename(path), "type": "file", "path": path}
 
 
-async def download(request: Request) -> Response:
-    sandbox_id = sandbox_of(request.headers)
-    try:
-        path = _path(request)
-        sandbox_id = authorised_sandbox(request, "read", path)
-        chunks = await _ws(request).files.read(sandbox_id, path)
-    except CorralError as exc:
-        return files_error_of(sandbox_id, exc)
-    return StreamingResponse(chunks, media_type="application/octet-stream")
+class EnvdHttp:
+    """envd's HTTP routes for the sandbox the dispatcher put in the request."""
 
+    def __init__(self, files: FileService, sandboxes: SandboxService) -> None:
+        self._files = files
+        self._sandboxes = sandboxes
 
-async def upload(request: Request) -> Response:
-    sandbox_id = sandbox_of(request.headers)
-    ws = _ws(request)
-    content_type = request.headers.get("content-type", "")
-    try:
-        encoding = request.headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("identity", "gzip"):
-            raise InvalidRequest(f"uploads may be gzip or uncompressed, not {encoding!r}")
-        body = gunzip(request.stream()) if encoding == "gzip" else request.stream()
-        query_path = request.query_params.get("path")
-        if content_type.startswith("multipart/form-data"):
-            sandbox_id = authorised_sandbox(request, "write", query_path or "")
+    def router(self) -> Router:
+        return Router(
+            routes=[
+                Route("/files", self.download, methods=["GET"]),
+                Route("/files", self.upload, methods=["POST"]),
+                Route("/health", self.health, methods=["GET"]),
+            ]
+        )
 
-            async def sink(filename: str, data: AsyncIterator[bytes]) -> dict[str, Any]:
-                path = query_path or filename
-                if not path:
-                    raise InvalidRequest("a multipart part has no filename and no ?path= is given")
-                result = await ws.files.write(sandbox_id, path, data, None, True)
-                return _written(result.get("path", path))
-
-            written = await read_parts(content_type, body, sink)
-        else:
+    async def download(self, request: Request) -> Response:
+        sandbox_id = sandbox_of(request.headers)
+        try:
             path = _path(request)
-            sandbox_id = authorised_sandbox(request, "write", path)
-            result = await ws.files.write(sandbox_id, path, body, None, True)
-            written = [_written(result.get("path", path))]
-    except CorralError as exc:
-        return files_error_of(sandbox_id, exc)
-    return JSONResponse(written)
+            sandbox_id = authorised_sandbox(request, "read", path, self._sandboxes)
+            chunks = await self._files.read(sandbox_id, path)
+        except CorralError as exc:
+            return files_error_of(sandbox_id, exc)
+        return StreamingResponse(chunks, media_type="application/octet-stream")
 
+    async def upload(self, request: Request) -> Response:
+        sandbox_id = sandbox_of(request.headers)
+        files = self._files
+        content_type = request.headers.get("content-type", "")
+        try:
+            encoding = request.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("identity", "gzip"):
+                raise InvalidRequest(f"uploads may be gzip or uncompressed, not {encoding!r}")
+            body = gunzip(request.stream()) if encoding == "gzip" else request.stream()
+            query_path = request.query_params.get("path")
+            if content_type.startswith("multipart/form-data"):
+                sandbox_id = authorised_sandbox(request, "write", query_path or "", self._sandboxes)
 
-async def health(request: Request) -> Response:
-    sandbox_id = sandbox_of(request.headers)
-    try:
-        record = _ws(request).sandboxes.get(sandbox_id)
-    except CorralError as exc:
-        return files_error_of(sandbox_id, exc)
-    if record.state != SandboxState.RUNNING:
-        message = gone_message(sandbox_id, f"it is {record.state}")
-        return JSONResponse({"code": 502, "message": message}, status_code=502)
-    return Response(status_code=204)
+                async def sink(filename: str, data: AsyncIterator[bytes]) -> dict[str, Any]:
+                    path = query_path or filename
+                    if not path:
+                        raise InvalidRequest(
+                            "a multipart part has no filename and no ?path= is given"
+                        )
+                    result = await files.write(sandbox_id, path, data, None, True)
+                    return _written(result.get("path", path))
 
+                written = await read_parts(content_type, body, sink)
+            else:
+                path = _path(request)
+                sandbox_id = authorised_sandbox(request, "write", path, self._sandboxes)
+                result = await files.write(sandbox_id, path, body, None, True)
+                written = [_written(result.get("path", path))]
+        except CorralError as exc:
+            return files_error_of(sandbox_id, exc)
+        return JSONResponse(written)
 
-def envd_http_app() -> Router:
-    return Router(
-        routes=[
-            Route("/files", download, methods=["GET"]),
-            Route("/files", upload, methods=["POST"]),
-            Route("/health", health, methods=["GET"]),
-        ]
-    )
+    async def health(self, request: Request) -> Response:
+        sandbox_id = sandbox_of(request.headers)
+        try:
+            record = self._sandboxes.get(sandbox_id)
+        except CorralError as exc:
+            return files_error_of(sandbox_id, exc)
+        if record.state != SandboxState.RUNNING:
+            message = gone_message(sandbox_id, f"it is {record.state}")
+            return JSONResponse({"code": 502, "message": message}, status_code=502)
+        return Response(status_code=204)

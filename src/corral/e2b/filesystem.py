@@ -28,7 +28,6 @@ from corral.e2b.errors import connect_error_of
 from corral.e2b.process import keepalive_interval
 from corral.service.errors import CorralError
 from corral.service.files import FileService
-from corral.service.workspace import Workspace
 
 T = TypeVar("T")
 
@@ -69,8 +68,8 @@ def to_entry(info: dict[str, Any]) -> pb.EntryInfo:
 class FilesystemHandler(Filesystem):
     """Implements ``filesystem.Filesystem`` for the sandbox the dispatcher put in the request."""
 
-    def __init__(self, ws: Workspace) -> None:
-        self._ws = ws
+    def __init__(self, files: FileService) -> None:
+        self._files = files
 
     async def _call(
         self, ctx: RequestContext[Any, Any], call: Callable[[FileService, str], Awaitable[T]]
@@ -78,7 +77,7 @@ class FilesystemHandler(Filesystem):
         """``call(files, sandbox_id)`` for the request's sandbox, its refusals as Connect's."""
         sandbox_id = sandbox_of(ctx.request_headers)
         try:
-            return await call(self._ws.files, sandbox_id)
+            return await call(self._files, sandbox_id)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
 

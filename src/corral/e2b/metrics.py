@@ -14,7 +14,8 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
 from corral.e2b.bodies import iso
-from corral.e2b.rest import find, guarded, require_api_key, workspace_of
+from corral.e2b.deps import MetricsDep, SandboxesDep
+from corral.e2b.rest import find, guarded, require_api_key
 from corral.service.errors import InvalidRequest
 from corral.service.metrics import SandboxMetrics
 from corral.service.model import SandboxState
@@ -38,28 +39,28 @@ def metric_body(sample: SandboxMetrics) -> dict[str, Any]:
 
 
 @router.get("/sandboxes/metrics")
-async def metrics_of_many(request: Request) -> Response:
+async def metrics_of_many(
+    request: Request, sandboxes: SandboxesDep, metrics: MetricsDep
+) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
         ids = [i for raw in request.query_params.getlist("sandbox_ids") for i in raw.split(",")]
         ids = [i for i in ids if i]
         if len(ids) > MAX_IDS:
             raise InvalidRequest(f"ask for at most {MAX_IDS} sandboxes at once")
         found: dict[str, Any] = {}
         for sandbox_id in ids:
-            if find(ws, sandbox_id).state == SandboxState.RUNNING:
-                found[sandbox_id] = metric_body(await ws.metrics.sample(sandbox_id))
+            if find(sandboxes, sandbox_id).state == SandboxState.RUNNING:
+                found[sandbox_id] = metric_body(await metrics.sample(sandbox_id))
         return JSONResponse({"sandboxes": found})
 
     return await guarded(run)
 
 
 @router.get("/sandboxes/{sandbox_id}/metrics")
-async def metrics_of_one(sandbox_id: str, request: Request) -> Response:
+async def metrics_of_one(sandbox_id: str, sandboxes: SandboxesDep, metrics: MetricsDep) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        if find(ws, sandbox_id).state != SandboxState.RUNNING:
+        if find(sandboxes, sandbox_id).state != SandboxState.RUNNING:
             return JSONResponse([])
-        return JSONResponse([metric_body(await ws.metrics.sample(sandbox_id))])
+        return JSONResponse([metric_body(await metrics.sample(sandbox_id))])
 
     return await guarded(run)

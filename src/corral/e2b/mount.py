@@ -23,11 +23,12 @@ from corral.e2b import metrics, rest, snapshots
 from corral.e2b.context import INTERNAL_HEADERS, SANDBOX_HEADER, TOKEN_OK_HEADER
 from corral.e2b.envd.filesystem.filesystem_connect import FilesystemASGIApplication
 from corral.e2b.envd.process.process_connect import ProcessASGIApplication
-from corral.e2b.files import envd_http_app
+from corral.e2b.files import EnvdHttp
 from corral.e2b.filesystem import FilesystemHandler
 from corral.e2b.ports import PortForwarder
 from corral.e2b.process import ProcessHandler
 from corral.e2b.tokens import AccessTokens, load_secret
+from corral.service.workspace import Workspace
 
 ENVD_PORT = 49983
 HOST_RE = re.compile(r"^(\d{1,5})-([A-Za-z0-9-]{1,64})\.")
@@ -136,26 +137,26 @@ class EnvdDispatch:
         await self.ports(sandbox_id, port, scope, receive, send)
 
 
-def install(app: FastAPI) -> None:
-    """Serve the E2B control API and envd from ``app`` (its ``state.workspace`` set)."""
-    ws = app.state.workspace
+def install(app: FastAPI, ws: Workspace) -> PortForwarder:
+    """Serve the E2B control API and envd of ``ws`` from ``app`` (whose ``state.workspace`` it
+    is). Returns the forwarder to sandboxes' other ports, which the app closes at shutdown."""
     data_dir = ws.settings.data_dir
     app.state.e2b_tokens = AccessTokens(lambda: load_secret(data_dir))
     app.include_router(metrics.router)  # before rest: /sandboxes/metrics is not an id
     app.include_router(rest.router)
     app.include_router(snapshots.router)
     process: ConnectASGIApplication[Any] = ProcessASGIApplication(
-        ProcessHandler(ws), read_max_bytes=MAX_READ_BYTES
+        ProcessHandler(ws.processes), read_max_bytes=MAX_READ_BYTES
     )
     filesystem: ConnectASGIApplication[Any] = FilesystemASGIApplication(
-        FilesystemHandler(ws), read_max_bytes=MAX_READ_BYTES
+        FilesystemHandler(ws.files), read_max_bytes=MAX_READ_BYTES
     )
-    ports = PortForwarder(ws)
-    ws.on_stop.append(ports.aclose)
+    ports = PortForwarder(ws.ports)
     app.add_middleware(
         EnvdDispatch,
         process=process,
         filesystem=filesystem,
-        http=envd_http_app(),
+        http=EnvdHttp(ws.files, ws.sandboxes).router(),
         ports=ports,
     )
+    return ports

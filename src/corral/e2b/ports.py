@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from corral.e2b.errors import gone_message
 from corral.service.errors import CorralError
-from corral.service.workspace import Workspace
+from corral.service.ports import PortService
 
 __all__ = ["PortForwarder"]
 
@@ -71,8 +71,8 @@ async def answer(send: Send, status: int, message: str) -> None:
 class PortForwarder:
     """Forwards requests to sandbox ports; holds one HTTP client for all of them."""
 
-    def __init__(self, ws: Workspace) -> None:
-        self._ws = ws
+    def __init__(self, ports: PortService) -> None:
+        self._ports = ports
         self._http: httpx.AsyncClient | None = None
 
     def _client(self) -> httpx.AsyncClient:
@@ -88,7 +88,7 @@ class PortForwarder:
         self, sandbox_id: str, port: int, scope: Scope, receive: Receive, send: Send
     ) -> None:
         try:
-            target = await self._ws.ports.resolve_inbound(sandbox_id, port)
+            target = await self._ports.resolve_inbound(sandbox_id, port)
         except CorralError as exc:
             status = STATUS.get(exc.code, 400)
             message = gone_message(sandbox_id, exc.message) if status == 502 else exc.message
@@ -105,7 +105,7 @@ class PortForwarder:
         # Without a body, receive() is left to the disconnect watch alone.
         content = _body(receive) if has_body else None
         request = client.build_request(scope["method"], url, headers=headers, content=content)
-        with self._ws.ports.activity(sandbox_id):  # not frozen while the request is open
+        with self._ports.activity(sandbox_id):  # not frozen while the request is open
             try:
                 upstream = await client.send(request, stream=True)
             except httpx.HTTPError as exc:

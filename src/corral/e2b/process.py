@@ -25,7 +25,7 @@ from corral.e2b.envd.process import process_pb as pb
 from corral.e2b.envd.process.process_connect import Process
 from corral.e2b.errors import connect_error_of, gone_message
 from corral.service.errors import CorralError
-from corral.service.workspace import Workspace
+from corral.service.processes import ProcessService
 
 KEEPALIVE_HEADER = "keepalive-ping-interval"
 KEEPALIVE_BOUNDS = (1.0, 300.0)
@@ -135,8 +135,8 @@ async def with_keepalive(
 class ProcessHandler(Process):
     """Implements ``process.Process`` for the sandbox the dispatcher put in the request."""
 
-    def __init__(self, ws: Workspace) -> None:
-        self._ws = ws
+    def __init__(self, processes: ProcessService) -> None:
+        self._processes = processes
 
     async def _pid(self, sandbox_id: str, selector: pb.ProcessSelector | None) -> int:
         chosen = selector.selector if selector is not None else None
@@ -156,7 +156,7 @@ class ProcessHandler(Process):
         )
 
     async def _listed(self, sandbox_id: str) -> list[dict[str, Any]]:
-        return await self._ws.processes.list_processes(sandbox_id)
+        return await self._processes.list_processes(sandbox_id)
 
     async def _call(self, sandbox_id: str, call: Awaitable[None]) -> None:
         """Await ``call`` on the sandbox's processes, its refusals as Connect's."""
@@ -208,7 +208,7 @@ class ProcessHandler(Process):
                 events = await self._open_terminal(sandbox_id, spec, request.pty)
             else:
                 spec["stdin"] = True if request.stdin is None else bool(request.stdin)
-                events = await self._ws.processes.exec_stream(sandbox_id, spec)
+                events = await self._processes.exec_stream(sandbox_id, spec)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
         async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers), pty):
@@ -221,8 +221,8 @@ class ProcessHandler(Process):
         if size is None or not size.rows or not size.cols:
             raise ConnectError(Code.INVALID_ARGUMENT, "pty.size needs rows and cols above 0")
         spec["pty"] = {"rows": size.rows, "cols": size.cols}
-        pid = await self._ws.processes.start_pty(sandbox_id, spec)
-        return await self._ws.processes.events(sandbox_id, pid, -1, True)
+        pid = await self._processes.start_pty(sandbox_id, spec)
+        return await self._processes.events(sandbox_id, pid, -1, True)
 
     async def connect(
         self, request: pb.ConnectRequest, ctx: RequestContext[Any, Any]
@@ -232,7 +232,7 @@ class ProcessHandler(Process):
         try:
             pid = await self._pid(sandbox_id, request.process)
             pty = await self._is_pty(sandbox_id, pid)
-            events = await self._ws.processes.events(sandbox_id, pid, -1, True)
+            events = await self._processes.events(sandbox_id, pid, -1, True)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
         async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers), pty):
@@ -250,9 +250,7 @@ class ProcessHandler(Process):
             pid = await self._pid(sandbox_id, request.process)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        await self._call(
-            sandbox_id, self._ws.processes.resize(sandbox_id, pid, size.rows, size.cols)
-        )
+        await self._call(sandbox_id, self._processes.resize(sandbox_id, pid, size.rows, size.cols))
         return pb.UpdateResponse()
 
     async def _send(self, sandbox_id: str, pid: int, given: pb.ProcessInput | None) -> None:
@@ -261,7 +259,7 @@ class ProcessHandler(Process):
             return
         # Terminal input and stdin both go to the process's input (its terminal for a PTY).
         await self._call(
-            sandbox_id, self._ws.processes.send_stdin(sandbox_id, pid, bytes(chosen.value))
+            sandbox_id, self._processes.send_stdin(sandbox_id, pid, bytes(chosen.value))
         )
 
     async def send_input(
@@ -306,7 +304,7 @@ class ProcessHandler(Process):
             pid = await self._pid(sandbox_id, request.process)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        await self._call(sandbox_id, self._ws.processes.signal(sandbox_id, pid, signal))
+        await self._call(sandbox_id, self._processes.signal(sandbox_id, pid, signal))
         return pb.SendSignalResponse()
 
     async def close_stdin(
@@ -317,5 +315,5 @@ class ProcessHandler(Process):
             pid = await self._pid(sandbox_id, request.process)
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
-        await self._call(sandbox_id, self._ws.processes.close_stdin(sandbox_id, pid))
+        await self._call(sandbox_id, self._processes.close_stdin(sandbox_id, pid))
         return pb.CloseStdinResponse()

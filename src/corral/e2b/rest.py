@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
+from corral.config import Settings
 from corral.e2b.bodies import (
     CLIENT_ID,
     E2B_STATE,
@@ -28,6 +29,14 @@ from corral.e2b.bodies import (
     page_of,
     positive_int,
 )
+from corral.e2b.deps import (
+    CreatorDep,
+    LifecycleDep,
+    SandboxesDep,
+    SettingsDep,
+    SnapshotsDep,
+    workspace_of,
+)
 from corral.e2b.errors import api_error, api_error_of
 from corral.e2b.network import network_info, update_egress
 from corral.e2b.tokens import AccessTokens
@@ -35,14 +44,11 @@ from corral.service.access import Permission, Principal, acting_as, authorize, m
 from corral.service.audit import current_note
 from corral.service.auth import principal_of
 from corral.service.errors import CorralError, InvalidRequest, NotFound
+from corral.service.lifecycle import LifecycleService
 from corral.service.model import SandboxState
 from corral.service.records import SandboxRecord
-from corral.service.workspace import Workspace
-
-
-def workspace_of(request: Request) -> Workspace:
-    ws: Workspace = request.app.state.workspace
-    return ws
+from corral.service.sandboxes import SandboxService
+from corral.service.snapshots.service import SnapshotService
 
 
 def tokens_of(request: Request) -> AccessTokens:
@@ -93,18 +99,17 @@ def visible(record: SandboxRecord) -> bool:
     return record.state in E2B_STATE and not record.pooled
 
 
-def find(ws: Workspace, sandbox_id: str) -> SandboxRecord:
-    record = ws.sandboxes.get(sandbox_id)
+def find(sandboxes: SandboxService, sandbox_id: str) -> SandboxRecord:
+    record = sandboxes.get(sandbox_id)
     if not visible(record):
         raise NotFound(f"sandbox {sandbox_id} not found (it is {record.state})")
     return record
 
 
-def domain_of(request: Request) -> str:
+def domain_of(request: Request, settings: Settings) -> str:
     """The domain sandboxes live under (``{port}-{id}.{domain}``, the SDK's ``get_host``): the
     daemon's domain of host-name routes to ports with the port users reach it at
     (``CORRAL_PORTS_DOMAIN``, ``localhost`` on loopback), else the host the client used."""
-    settings = workspace_of(request).settings
     domain: str | None = settings.inbound_domain
     if domain is None:
         return request.headers.get("host") or request.url.netloc
@@ -113,7 +118,7 @@ def domain_of(request: Request) -> str:
     return f"{domain}:{port}" if colon and port.isdigit() else domain
 
 
-def created_body(record: SandboxRecord, request: Request) -> dict[str, Any]:
+def created_body(record: SandboxRecord, request: Request, settings: Settings) -> dict[str, Any]:
     tokens = tokens_of(request)
     return {
         "templateID": record.template,
@@ -123,23 +128,25 @@ def created_body(record: SandboxRecord, request: Request) -> dict[str, Any]:
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": tokens.token(record.id),
         "trafficAccessToken": tokens.traffic_token(record.id),
-        "domain": domain_of(request),
+        "domain": domain_of(request, settings),
     }
 
 
-def detail_body(record: SandboxRecord, request: Request) -> dict[str, Any]:
+def detail_body(
+    record: SandboxRecord, request: Request, settings: Settings, sandboxes: SandboxService
+) -> dict[str, Any]:
     body = listed_body(record)
     body["envdAccessToken"] = tokens_of(request).token(record.id)
-    body["domain"] = domain_of(request)
-    internet, network = network_info(workspace_of(request).sandboxes.policy_of(record))
+    body["domain"] = domain_of(request, settings)
+    internet, network = network_info(sandboxes.policy_of(record))
     body["allowInternetAccess"] = internet
     body["network"] = network
     return body
 
 
-def is_snapshot(ws: Workspace, name: str) -> bool:
+def is_snapshot(snapshots: SnapshotService, name: str) -> bool:
     try:
-        ws.snapshots.get(name)
+        snapshots.get(name)
     except NotFound:
         return False
     return True
@@ -155,31 +162,31 @@ async def guarded(call: Any) -> Response:
 
 @router.post("/sandboxes", dependencies=WRITES)
 @router.post("/v2/sandboxes", dependencies=WRITES)
-async def create_sandbox(request: Request) -> Response:
+async def create_sandbox(
+    request: Request, settings: SettingsDep, snapshots: SnapshotsDep, creator: CreatorDep
+) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        wanted = create_request(await json_body(request), ws.settings.allowed_network_modes[0])
-        if is_snapshot(ws, wanted.template):
+        wanted = create_request(await json_body(request), settings.allowed_network_modes[0])
+        if is_snapshot(snapshots, wanted.template):
             # E2B starts a sandbox from a snapshot by giving its id as the template.
-            record = await ws.snapshots.restore(wanted.template, wanted)
+            record = await snapshots.restore(wanted.template, wanted)
         else:
-            record = await ws.creator.create(wanted)
-        return JSONResponse(created_body(record, request), status_code=201)
+            record = await creator.create(wanted)
+        return JSONResponse(created_body(record, request, settings), status_code=201)
 
     return await guarded(run)
 
 
 @router.get("/sandboxes")
 @router.get("/v2/sandboxes")
-async def list_sandboxes(request: Request) -> Response:
+async def list_sandboxes(request: Request, sandboxes: SandboxesDep) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
         metadata, states = list_filter(request)
         wanted = {"running", "paused"} if request.url.path.startswith("/v2") else {"running"}
         wanted = states or wanted
         records = [
             r
-            for r in ws.sandboxes.list(metadata=metadata)
+            for r in sandboxes.list(metadata=metadata)
             if visible(r) and E2B_STATE[r.state] in wanted
         ]
         records = filtered(request, records)
@@ -197,14 +204,15 @@ async def list_sandboxes(request: Request) -> Response:
 
 
 @router.get("/sandboxes/{sandbox_id}")
-async def get_sandbox(sandbox_id: str, request: Request) -> Response:
+async def get_sandbox(
+    sandbox_id: str, request: Request, settings: SettingsDep, sandboxes: SandboxesDep
+) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        find(ws, sandbox_id)
-        record = await ws.sandboxes.refresh(sandbox_id)
+        find(sandboxes, sandbox_id)
+        record = await sandboxes.refresh(sandbox_id)
         if not visible(record):
             raise NotFound(f"sandbox {sandbox_id} not found (it is {record.state})")
-        body = detail_body(record, request)
+        body = detail_body(record, request, settings, sandboxes)
         if not may_change(request):
             body.pop("envdAccessToken")
         return JSONResponse(body)
@@ -213,93 +221,117 @@ async def get_sandbox(sandbox_id: str, request: Request) -> Response:
 
 
 @router.delete("/sandboxes/{sandbox_id}", dependencies=WRITES)
-async def kill_sandbox(sandbox_id: str, request: Request) -> Response:
+async def kill_sandbox(sandbox_id: str, sandboxes: SandboxesDep) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        find(ws, sandbox_id)
-        await ws.sandboxes.kill(sandbox_id)
+        find(sandboxes, sandbox_id)
+        await sandboxes.kill(sandbox_id)
         return Response(status_code=204)
 
     return await guarded(run)
 
 
 @router.post("/sandboxes/{sandbox_id}/timeout", dependencies=WRITES)
-async def set_timeout(sandbox_id: str, request: Request) -> Response:
+async def set_timeout(sandbox_id: str, request: Request, sandboxes: SandboxesDep) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        find(ws, sandbox_id)
+        find(sandboxes, sandbox_id)
         seconds = positive_int(await json_body(request), "timeout")
         if seconds is None:
             raise InvalidRequest("'timeout' is required")
-        ws.sandboxes.set_timeout(sandbox_id, seconds)
+        sandboxes.set_timeout(sandbox_id, seconds)
         return Response(status_code=204)
 
     return await guarded(run)
 
 
 @router.post("/sandboxes/{sandbox_id}/refreshes", dependencies=WRITES)
-async def refresh_sandbox(sandbox_id: str, request: Request) -> Response:
+async def refresh_sandbox(sandbox_id: str, request: Request, sandboxes: SandboxesDep) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        find(ws, sandbox_id)
+        find(sandboxes, sandbox_id)
         seconds = positive_int(await json_body(request), "duration") or 60
-        record = ws.sandboxes.get(sandbox_id)
+        record = sandboxes.get(sandbox_id)
         remaining = (record.expires_at or 0) - time.time()
         if seconds > remaining:
-            ws.sandboxes.set_timeout(sandbox_id, seconds)
+            sandboxes.set_timeout(sandbox_id, seconds)
         return Response(status_code=204)
 
     return await guarded(run)
 
 
 @router.post("/sandboxes/{sandbox_id}/pause", dependencies=WRITES)
-async def pause_sandbox(sandbox_id: str, request: Request) -> Response:
+async def pause_sandbox(
+    sandbox_id: str, sandboxes: SandboxesDep, lifecycle: LifecycleDep
+) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        if find(ws, sandbox_id).state == SandboxState.PARKED:
+        if find(sandboxes, sandbox_id).state == SandboxState.PARKED:
             return api_error(409, f"sandbox {sandbox_id} is already paused")
-        await ws.lifecycle.park(sandbox_id)
+        await lifecycle.park(sandbox_id)
         return Response(status_code=204)
 
     return await guarded(run)
 
 
-async def wake_and_answer(request: Request, sandbox_id: str, *, resume_only: bool) -> Response:
-    ws = workspace_of(request)
-    record = find(ws, sandbox_id)
+async def wake_and_answer(
+    request: Request,
+    sandbox_id: str,
+    settings: Settings,
+    sandboxes: SandboxService,
+    lifecycle: LifecycleService,
+    *,
+    resume_only: bool,
+) -> Response:
+    record = find(sandboxes, sandbox_id)
     seconds = positive_int(await json_body(request), "timeout")
     status = 200
     if record.state == SandboxState.PARKED:
-        record = await ws.lifecycle.wake(sandbox_id)
+        record = await lifecycle.wake(sandbox_id)
         status = 201
     elif resume_only:
         return api_error(409, f"sandbox {sandbox_id} is already running")
     if seconds is not None:
-        record = ws.sandboxes.set_timeout(sandbox_id, seconds)
-    return JSONResponse(created_body(record, request), status_code=status)
+        record = sandboxes.set_timeout(sandbox_id, seconds)
+    return JSONResponse(created_body(record, request, settings), status_code=status)
 
 
 @router.post("/sandboxes/{sandbox_id}/connect", dependencies=WRITES)
 @router.post("/v2/sandboxes/{sandbox_id}/connect", dependencies=WRITES)
-async def connect_sandbox(sandbox_id: str, request: Request) -> Response:
-    return await guarded(lambda: wake_and_answer(request, sandbox_id, resume_only=False))
+async def connect_sandbox(
+    sandbox_id: str,
+    request: Request,
+    settings: SettingsDep,
+    sandboxes: SandboxesDep,
+    lifecycle: LifecycleDep,
+) -> Response:
+    return await guarded(
+        lambda: wake_and_answer(
+            request, sandbox_id, settings, sandboxes, lifecycle, resume_only=False
+        )
+    )
 
 
 @router.post("/sandboxes/{sandbox_id}/resume", dependencies=WRITES)
-async def resume_sandbox(sandbox_id: str, request: Request) -> Response:
-    return await guarded(lambda: wake_and_answer(request, sandbox_id, resume_only=True))
+async def resume_sandbox(
+    sandbox_id: str,
+    request: Request,
+    settings: SettingsDep,
+    sandboxes: SandboxesDep,
+    lifecycle: LifecycleDep,
+) -> Response:
+    return await guarded(
+        lambda: wake_and_answer(
+            request, sandbox_id, settings, sandboxes, lifecycle, resume_only=True
+        )
+    )
 
 
 @router.put("/sandboxes/{sandbox_id}/network", dependencies=WRITES)
-async def update_network(sandbox_id: str, request: Request) -> Response:
+async def update_network(sandbox_id: str, request: Request, sandboxes: SandboxesDep) -> Response:
     """E2B's network update: replaces the egress rules, applied at once (live connections that
     the new rules refuse are cut)."""
 
     async def run() -> Response:
-        ws = workspace_of(request)
-        record = find(ws, sandbox_id)
-        egress = update_egress(await json_body(request), ws.sandboxes.policy_of(record))
-        await ws.sandboxes.set_network(
+        record = find(sandboxes, sandbox_id)
+        egress = update_egress(await json_body(request), sandboxes.policy_of(record))
+        await sandboxes.set_network(
             sandbox_id, mode=egress.mode, allow=egress.allow, deny=egress.deny
         )
         return Response(status_code=204)

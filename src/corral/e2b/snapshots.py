@@ -14,13 +14,13 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
 from corral.e2b.bodies import json_body, positive_int
+from corral.e2b.deps import LifecycleDep, SandboxesDep, SettingsDep, SnapshotsDep
 from corral.e2b.rest import (
     WRITES,
     created_body,
     find,
     guarded,
     require_api_key,
-    workspace_of,
 )
 from corral.service.errors import InvalidRequest
 from corral.service.model import SandboxState
@@ -29,18 +29,23 @@ router = APIRouter(tags=["e2b"], dependencies=[Depends(require_api_key)], includ
 
 
 @router.post("/sandboxes/{sandbox_id}/fork", dependencies=WRITES)
-async def fork_sandbox(sandbox_id: str, request: Request) -> Response:
+async def fork_sandbox(
+    sandbox_id: str,
+    request: Request,
+    settings: SettingsDep,
+    sandboxes: SandboxesDep,
+    lifecycle: LifecycleDep,
+) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        find(ws, sandbox_id)
+        find(sandboxes, sandbox_id)
         body = await json_body(request)
         count = positive_int(body, "count") or 1
         seconds = positive_int(body, "timeout")
         results = []
-        for record in await ws.lifecycle.fork(sandbox_id, count):
+        for record in await lifecycle.fork(sandbox_id, count):
             if seconds is not None:
-                record = ws.sandboxes.set_timeout(record.id, seconds)
-            results.append({"sandbox": created_body(record, request)})
+                record = sandboxes.set_timeout(record.id, seconds)
+            results.append({"sandbox": created_body(record, request, settings)})
         return JSONResponse(results, status_code=201)
 
     return await guarded(run)
@@ -51,28 +56,32 @@ def snapshot_body(name: str) -> dict[str, Any]:
 
 
 @router.post("/sandboxes/{sandbox_id}/snapshots", dependencies=WRITES)
-async def snapshot_sandbox(sandbox_id: str, request: Request) -> Response:
+async def snapshot_sandbox(
+    sandbox_id: str,
+    request: Request,
+    sandboxes: SandboxesDep,
+    lifecycle: LifecycleDep,
+    snapshots: SnapshotsDep,
+) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
-        find(ws, sandbox_id)
+        find(sandboxes, sandbox_id)
         body = await json_body(request)
         name = body.get("name") or f"snap-{secrets.token_hex(6)}"
         if not isinstance(name, str):
             raise InvalidRequest("'name' must be a string")
-        if ws.sandboxes.get(sandbox_id).state == SandboxState.PARKED:
-            await ws.lifecycle.wake(sandbox_id)
-        record = await ws.snapshots.take(sandbox_id, name, fs_only=body.get("memory") is False)
+        if sandboxes.get(sandbox_id).state == SandboxState.PARKED:
+            await lifecycle.wake(sandbox_id)
+        record = await snapshots.take(sandbox_id, name, fs_only=body.get("memory") is False)
         return JSONResponse(snapshot_body(record.name), status_code=201)
 
     return await guarded(run)
 
 
 @router.get("/snapshots")
-async def list_snapshots(request: Request) -> Response:
+async def list_snapshots(request: Request, snapshots: SnapshotsDep) -> Response:
     async def run() -> Response:
-        ws = workspace_of(request)
         source = request.query_params.get("sandboxID")
-        records = [r for r in ws.snapshots.list() if r.state == "ready"]
+        records = [r for r in snapshots.list() if r.state == "ready"]
         if source:
             records = [r for r in records if r.source_id == source]
         return JSONResponse([snapshot_body(r.name) for r in records])
@@ -81,13 +90,12 @@ async def list_snapshots(request: Request) -> Response:
 
 
 @router.delete("/templates/{template_id}", dependencies=WRITES)
-async def delete_snapshot(template_id: str, request: Request) -> Response:
+async def delete_snapshot(template_id: str, snapshots: SnapshotsDep) -> Response:
     """E2B deletes snapshots by their id here; corral's templates are not deleted this way."""
 
     async def run() -> Response:
-        ws = workspace_of(request)
-        ws.snapshots.get(template_id)
-        await ws.snapshots.remove(template_id)
+        snapshots.get(template_id)
+        await snapshots.remove(template_id)
         return Response(status_code=204)
 
     return await guarded(run)

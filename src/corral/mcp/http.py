@@ -32,7 +32,7 @@ from corral.mcp.server import instructions
 from corral.mcp.tools import register_tools
 from corral.sdk import AsyncClient
 from corral.service.audit import current_note
-from corral.service.auth import principal_of
+from corral.service.auth import ApiKeys, principal_of
 
 __all__ = ["McpOverHttp", "install"]
 
@@ -59,9 +59,9 @@ def own_url(listen: str) -> str:
 class McpOverHttp:
     """The ``/mcp`` endpoint (an ASGI app) and the pools of its sessions."""
 
-    def __init__(self, app: FastAPI, template: str = "base") -> None:
-        self.ws = app.state.workspace
-        self.url = own_url(self.ws.settings.listen)
+    def __init__(self, api_keys: ApiKeys, listen: str, template: str = "base") -> None:
+        self.api_keys = api_keys
+        self.url = own_url(listen)
         self.template = template
         self.pools: OrderedDict[str, SandboxPool] = OrderedDict()
         self._lock = anyio.Lock()
@@ -100,7 +100,7 @@ class McpOverHttp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            record = self.ws.api_keys.verify(presented_key(headers))
+            record = self.api_keys.verify(presented_key(headers))
         except Exception as exc:  # Unauthorized: say why, as the API does
             await _refuse(send, 401, str(exc))
             return
@@ -135,9 +135,10 @@ async def _refuse(send: Send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def install(app: FastAPI) -> McpOverHttp:
-    """Serve ``/mcp`` from ``app``; the app's lifespan must enter ``running()``."""
-    endpoint = McpOverHttp(app)
+def install(app: FastAPI, api_keys: ApiKeys, listen: str) -> McpOverHttp:
+    """Serve ``/mcp`` from ``app`` (the daemon listening on ``listen``), checking callers'
+    keys with ``api_keys``; the app's lifespan must enter ``running()``."""
+    endpoint = McpOverHttp(api_keys, listen)
     # An ASGI app as the endpoint (not a request handler): Starlette passes it the raw scope.
     app.router.routes.append(Route(PATH, endpoint, methods=["GET", "POST", "DELETE"]))
     return endpoint

@@ -15,6 +15,7 @@ request head, or a ClientHello) and returns the bytes to send upstream in its pl
 credential broker (``broker/``, given as ``broker``) may claim an allowed TLS connection whose
 name one of the sandbox's secrets is bound to and whose address the sandbox's resolver answered
 for that name: it then terminates TLS on both sides (``Broker.serve``) instead of the splice.
+A connection to a sandbox service's virtual address asks ``routes`` where it goes.
 
 Bounds: the first flight within ``head_timeout``, the upstream connect within
 ``connect_timeout``; splicing (``network/splice.py``, in the kernel) holds at most one pipeful per
@@ -35,9 +36,10 @@ from corral.network import sniff, splice
 from corral.network.base import INNER_GATEWAY, NetworkFailure
 from corral.network.broker.intercept import Broker
 from corral.network.egress import is_service_address
-from corral.network.egress_decision import EgressHook, Flow, PassThrough, ServiceRouter, decide
+from corral.network.egress_decision import EgressHook, Flow, PassThrough, decide
 from corral.network.namespaces import run_in_netns
 from corral.network.sandbox_egress import SandboxEgress
+from corral.network.service_routes import ServiceRoutes
 
 __all__ = ["EgressProxy"]
 
@@ -121,11 +123,12 @@ class EgressProxy:
         chunk: int = 262144,
         max_connections: int = 1024,
         broker: Broker | None = None,
+        routes: ServiceRoutes | None = None,
     ) -> None:
         self.hook: EgressHook = hook or PassThrough()
         self.broker = broker
-        # Forwards connections to sandbox services (set by the service layer).
-        self.service_router: ServiceRouter | None = None
+        # Where connections to sandbox services go (the service layer answers).
+        self.routes = routes
         self._head_timeout = head_timeout
         self._connect_timeout = connect_timeout
         self._idle_timeout = idle_timeout
@@ -262,13 +265,13 @@ class EgressProxy:
         sandbox's port, connected from the daemon's namespace (the only one that reaches the
         slots)."""
         verdict = decide(sandbox, None, address, port)
-        if not verdict.allowed or self.service_router is None:
-            why = verdict.reason if self.service_router else "no service router"
+        if not verdict.allowed or self.routes is None:
+            why = verdict.reason if self.routes else "no service router"
             log.info("sandbox %s: refused %s:%d: %s", sandbox.sandbox_id, address, port, why)
             return False
         conn.flow = Flow(sandbox.sandbox_id, None, address, port, False)
         try:
-            target = await self.service_router(sandbox.sandbox_id, address, port)
+            target = await self.routes.ask(sandbox.sandbox_id, address, port)
         except LookupError as exc:
             log.info("sandbox %s: service %s:%d: %s", sandbox.sandbox_id, address, port, exc)
             return False

@@ -12,6 +12,10 @@ idempotent: a second call re-commits the policy.
 Resolved names (what the proxy lets name rules through to) travel with the sandbox: ``detach``
 returns them, ``attach`` takes them back (a wake or fork continues with the answers its memory
 may still cache).
+
+What the egress needs of the service layer comes at construction, in ``EgressWiring``: the
+workspace builds it (the credential broker, the routes to sandbox services) and calls the
+daemon's ``EgressFactory`` with it, so nothing is set on the egress control afterwards.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -27,13 +32,21 @@ from corral.network import egress, slot_plan, slots
 from corral.network.base import INNER_GATEWAY, Slot
 from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress
-from corral.network.egress_decision import ServiceRouter
 from corral.network.policy import EgressPolicy, ProjectService
 from corral.network.proxy import EgressProxy
 from corral.network.resolver import SandboxResolver
 from corral.network.sandbox_egress import SandboxEgress
+from corral.network.service_routes import ServiceRoutes
 
-__all__ = ["EgressControl", "FakeEgress", "Names", "SlotEgressControl", "write_resolv_conf"]
+__all__ = [
+    "EgressControl",
+    "EgressFactory",
+    "EgressWiring",
+    "FakeEgress",
+    "Names",
+    "SlotEgressControl",
+    "write_resolv_conf",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +83,25 @@ class EgressControl(Protocol):
 
     def attached(self, sandbox_id: str) -> bool: ...
 
-    def set_services(self, services: tuple[ProjectService, ...]) -> None: ...
-
-    def set_broker(self, broker: Broker) -> None: ...
-
-    def set_service_router(self, router: ServiceRouter) -> None: ...
+    def set_services(self, services: tuple[ProjectService, ...]) -> None:
+        """The project's services now (live data, like ``update``'s policy): for sandboxes
+        attached or updated from now on."""
+        ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class EgressWiring:
+    """What the service layer gives the egress control it is built with: the credential
+    broker (a sandbox with brokered secrets has its TLS egress sent through it) and the routes
+    its proxy asks where connections to sandbox services go."""
+
+    broker: Broker
+    routes: ServiceRoutes
+
+
+EgressFactory = Callable[[EgressWiring], EgressControl]
 
 
 @dataclass
@@ -88,12 +113,13 @@ class _Attached:
 class SlotEgressControl:
     """The real ``EgressControl``. ``upstreams``: the resolvers the sandboxes' DNS is forwarded
     to. ``internet``: whether any sandbox may use an internet mode (then the daemon's namespace
-    forwards IPv4, once, at the first attach). ``set_broker`` hands the proxy the credential
-    broker; a sandbox with brokered secrets then has its TLS egress sent through the proxy."""
+    forwards IPv4, once, at the first attach). ``wiring``: the broker (a sandbox with brokered
+    secrets has its TLS egress sent through the proxy) and the routes to sandbox services."""
 
     def __init__(
         self,
         network: slots.SlotNetwork,
+        wiring: EgressWiring,
         *,
         upstreams: list[str] | None = None,
         internet: bool = True,
@@ -101,25 +127,15 @@ class SlotEgressControl:
         self._network = network
         self._internet = internet
         self._resolver = SandboxResolver(upstreams)
-        self._proxy = EgressProxy()
+        self._proxy = EgressProxy(broker=wiring.broker, routes=wiring.routes)
         self._attached: dict[str, _Attached] = {}
         self._host_addresses: tuple[str, ...] | None = None
         self._services: tuple[ProjectService, ...] = ()
         self._start_lock = asyncio.Lock()
-        self._broker: Broker | None = None
-
-    def set_broker(self, broker: Broker) -> None:
-        """The credential broker, for sandboxes attached from now on."""
-        self._broker = broker
-        self._proxy.broker = broker
-
-    def set_service_router(self, router: ServiceRouter) -> None:
-        """Where connections to sandbox services go (the service layer resolves them)."""
-        self._proxy.service_router = router
+        self._broker = wiring.broker
 
     def _intercepts(self, sandbox_id: str) -> bool:
-        broker = self._broker
-        return broker is not None and bool(broker.source.injections(sandbox_id))
+        return bool(self._broker.source.injections(sandbox_id))
 
     def set_services(self, services: tuple[ProjectService, ...]) -> None:
         """The project's services, for sandboxes attached or updated from now on."""
@@ -220,14 +236,6 @@ class FakeEgress:
     slots: dict[str, int] = field(default_factory=dict)
     saved: dict[str, Names] = field(default_factory=dict)
     services: tuple[ProjectService, ...] = ()
-    broker: Broker | None = None
-    service_router: ServiceRouter | None = None
-
-    def set_broker(self, broker: Broker) -> None:
-        self.broker = broker
-
-    def set_service_router(self, router: ServiceRouter) -> None:
-        self.service_router = router
 
     async def attach(
         self, sandbox_id: str, slot: Slot, policy: EgressPolicy, names: Names | None = None

@@ -2,7 +2,7 @@
 
 ``EventBus.publish`` hands each event to every subscriber that may see it (a member: its own
 sandboxes and templates; admins and viewers: everything). Sandbox events come from the store's
-change listener (``SandboxRepository.listeners``), so every state change is seen whichever
+change callback (``Database(on_sandbox_change=...)``), so every state change is seen whichever
 service made it. Each subscriber has a bounded queue: one that falls behind by more than
 ``QUEUE_LIMIT`` events loses the oldest and is told so with a ``lagged`` event (the daemon never
 waits on a slow reader).

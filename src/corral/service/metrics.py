@@ -50,6 +50,15 @@ class MetricsService:
         self._sandboxes = sandboxes
         self._last_cpu: dict[str, tuple[float, float]] = {}  # id -> (monotonic, cpu seconds)
 
+    def sandbox_counts(self) -> dict[str, int]:
+        """How many sandboxes each state holds now, the ready ones of pools as ``pooled``
+        (for ``GET /metrics``)."""
+        counts: dict[str, int] = {}
+        for record in self._sandboxes.db.sandboxes.list(states=None):
+            state = "pooled" if record.pooled else record.state
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
     async def network_totals(self) -> Traffic:
         """The traffic of every sandbox running or parked now, summed (for ``GET /metrics``):
         what their records keep plus the live slots' counts, read concurrently."""

@@ -10,12 +10,15 @@ port, waking it first when it is parked with auto-wake (the same step as an inbo
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import logging
 import re
 import time
 
 from corral.network.policy import SANDBOX_SERVICE_NET, PolicyError, ProjectService
+from corral.network.service_routes import ServiceRoutes
 from corral.service.errors import CorralError, InvalidRequest, NotFound, StateConflict
 from corral.service.model import LIVE_STATES, SandboxState
 from corral.service.ports import PortService
@@ -35,17 +38,33 @@ _REFUSED = tuple(
 
 
 class ProjectServices:
-    def __init__(self, sandboxes: SandboxService, ports: PortService) -> None:
+    """The project's services, and the answers to the egress proxy's ``routes`` (served from
+    ``start`` to ``stop``)."""
+
+    def __init__(
+        self, sandboxes: SandboxService, ports: PortService, routes: ServiceRoutes
+    ) -> None:
         self.sb = sandboxes
         self.db = sandboxes.db
         self.ports = ports
+        self.routes = routes
+        self._serving: asyncio.Task[None] | None = None
 
     def list(self) -> list[ProjectServiceRecord]:
         return self.db.project_services.list()
 
     def start(self) -> None:
         self.sb.policies.egress.set_services(self._mechanism())
-        self.sb.policies.egress.set_service_router(self.route)
+        self._serving = asyncio.get_running_loop().create_task(
+            self.routes.serve(self.route), name="service-routes"
+        )
+
+    async def stop(self) -> None:
+        if self._serving is not None:
+            self._serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._serving
+            self._serving = None
 
     async def route(self, sandbox_id: str, address: str, port: int) -> tuple[str, int]:
         """Where a connection of ``sandbox_id`` to a sandbox service's ``address`` goes; raises

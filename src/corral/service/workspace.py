@@ -20,7 +20,8 @@ from corral.images.cas import ContentStore
 from corral.network.base import Network
 from corral.network.broker import CertificateAuthority
 from corral.network.broker.intercept import Broker
-from corral.network.sandbox_net import EgressControl
+from corral.network.sandbox_net import EgressFactory, EgressWiring, FakeEgress
+from corral.network.service_routes import ServiceRoutes
 from corral.runtime.base import AgentMount, Runtime
 from corral.service.audit import AuditLog
 from corral.service.auth import ApiKeys
@@ -91,7 +92,8 @@ class Workspace:
     audit: AuditLog
     events: EventBus
     rate_limits: RateLimiter
-    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # What stops the mechanisms under the service, last (the daemon's; tests' fakes need none).
+    close_mechanisms: Callable[[], Awaitable[None]] | None = None
     console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions)
 
     @classmethod
@@ -102,12 +104,16 @@ class Workspace:
         network: Network,
         agent: AgentMount,
         connect_agent: ConnectAgent | None = None,
-        egress: EgressControl | None = None,
+        egress: EgressFactory | None = None,
+        close_mechanisms: Callable[[], Awaitable[None]] | None = None,
     ) -> Workspace:
         """Every service over the given mechanisms, each given what it uses at construction,
-        lowest first (the daemon passes the real ones, ``corral.daemon``; tests pass fakes)."""
+        lowest first (the daemon passes the real ones, ``corral.daemon``; tests pass fakes).
+        ``egress`` makes the egress control once what it needs of the service (the broker, the
+        routes to sandbox services) exists; without it, a ``FakeEgress``."""
         secure_data_dir(settings.data_dir)
-        db = Database(settings.db_path)
+        events = EventBus()  # told of every sandbox change the store commits
+        db = Database(settings.db_path, on_sandbox_change=events.sandbox_changed)
         images = ImageStore(settings.images_dir)
         store = ContentStore(
             settings.data_dir / "store",
@@ -120,12 +126,12 @@ class Workspace:
             db, Sealer(settings.secrets_key_path), CertificateAuthority(settings.broker_dir)
         )
         workspace_policy = PolicyService(db, settings)
-        policies = NetworkPolicies(settings, workspace_policy, egress)
-        policies.egress.set_broker(
-            Broker(
-                secret_service.authority, secret_service, upstream_ca=settings.broker_upstream_ca
-            )
+        broker = Broker(
+            secret_service.authority, secret_service, upstream_ca=settings.broker_upstream_ca
         )
+        routes = ServiceRoutes()  # the egress proxy asks, ProjectServices answers
+        egress_control = egress(EgressWiring(broker, routes)) if egress else FakeEgress()
+        policies = NetworkPolicies(settings, workspace_policy, egress_control)
         admission = Admission(settings, db, runtime.name, templates, policies, workspace_policy)
         activity = Activity()
         freezer = Freezer(runtime)
@@ -186,8 +192,6 @@ class Workspace:
         warm = WarmService(settings, templates, sandboxes, live, launcher)
         trust = TrustService(db, settings.signing_key_path)
         builder = TemplateBuilder(settings, templates.store, live, admission)
-        events = EventBus()
-        db.sandboxes.listeners.append(events.sandbox_changed)
         builds = BuildService(
             settings, templates, builder, warm, pools, on_progress=events.build_progress
         )
@@ -208,7 +212,7 @@ class Workspace:
             transfer=TransferService(settings, sandboxes, admission, snapshots, trust),
             trust=trust,
             pools=pools,
-            services=ProjectServices(sandboxes, ports),
+            services=ProjectServices(sandboxes, ports, routes),
             code=CodeService(sandboxes, wakes, activity),
             ports=ports,
             secrets=secret_service,
@@ -217,6 +221,7 @@ class Workspace:
             audit=AuditLog(db),
             events=events,
             rate_limits=RateLimiter(settings.key_rate_limit),
+            close_mechanisms=close_mechanisms,
         )
 
     async def start(self) -> None:
@@ -234,12 +239,22 @@ class Workspace:
     async def stop(self) -> None:
         await self.pools.stop()
         await self.lifecycle.stop()
+        await self.services.stop()
         await self.code.aclose()
         await self.audit.stop()
         await self.secrets.stop()
-        for hook in self.on_stop:
+        # Running builds first (they clean up after themselves), then the image views, the
+        # sandboxes' egress, and the mechanisms under everything.
+        closers: list[Callable[[], Awaitable[None]]] = [
+            self.builds.close,
+            self.templates.close,
+            self.sandboxes.policies.egress.close,
+        ]
+        if self.close_mechanisms is not None:
+            closers.append(self.close_mechanisms)
+        for close in closers:
             try:
-                await hook()
+                await close()
             except Exception:
-                log.exception("stopping the workspace: %s failed", hook)
+                log.exception("stopping the workspace: %s failed", close)
         self.db.close()

@@ -1,19 +1,27 @@
 """API keys, stored only as SHA-256 hashes (keys are 160-bit random, so no slow hash is needed).
 
 A key's row is never deleted: a revoked key keeps its row (``revoked_at``) so that the audit log
-and the owners of sandboxes still name it.
+and the owners of sandboxes still name it. ``get`` and ``find_by_hash`` (a key check, a claim's
+quota check) read by plain SQL (``storage/raw.py``); the rest goes through the ORM.
 """
 
 from __future__ import annotations
 
 import builtins
 import time
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from corral.storage.raw import fetch_all, json_or
 from corral.storage.records import ApiKeyRecord
 from corral.storage.tables import ApiKeyRow
+
+_COLUMNS = (
+    "id, name, key_hash, role, created_at, scopes, expires_at, last_used_at, revoked_at,"
+    " quotas, rate_limit, created_by"
+)
 
 
 def _record(row: ApiKeyRow) -> ApiKeyRecord:
@@ -33,11 +41,39 @@ def _record(row: ApiKeyRow) -> ApiKeyRecord:
     )
 
 
+def _optional_float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _from_sql(row: tuple[Any, ...]) -> ApiKeyRecord:
+    """A row of ``_COLUMNS`` decoded as ``_record`` reads the ORM's row."""
+    (
+        id_, name, key_hash, role, created_at, scopes, expires_at, last_used_at, revoked_at,
+        quotas, rate_limit, created_by,
+    ) = row  # fmt: skip
+    scope_list = json_or(scopes, None)
+    return ApiKeyRecord(
+        id=id_,
+        name=name,
+        key_hash=key_hash,
+        role=role,
+        created_at=float(created_at),
+        scopes=tuple(scope_list) if scope_list is not None else None,
+        expires_at=_optional_float(expires_at),
+        last_used_at=_optional_float(last_used_at),
+        revoked_at=_optional_float(revoked_at),
+        quotas={str(k): float(v) for k, v in json_or(quotas, {}).items()},
+        rate_limit=_optional_float(rate_limit),
+        created_by=created_by,
+    )
+
+
 class ApiKeyRepository:
     """CRUD on ``api_keys``. Every write commits before returning."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
         self._sessions = sessions
+        self._engine = engine
 
     def add(self, record: ApiKeyRecord) -> None:
         with self._sessions.begin() as session:
@@ -58,14 +94,13 @@ class ApiKeyRepository:
             )
 
     def find_by_hash(self, key_hash: str) -> ApiKeyRecord | None:
-        with self._sessions() as session:
-            row = session.scalars(select(ApiKeyRow).where(ApiKeyRow.key_hash == key_hash)).first()
-            return _record(row) if row else None
+        sql = f"SELECT {_COLUMNS} FROM api_keys WHERE key_hash = ? LIMIT 1"
+        rows = fetch_all(self._engine, sql, (key_hash,))
+        return _from_sql(rows[0]) if rows else None
 
     def get(self, key_id: str) -> ApiKeyRecord | None:
-        with self._sessions() as session:
-            row = session.get(ApiKeyRow, key_id)
-            return _record(row) if row else None
+        rows = fetch_all(self._engine, f"SELECT {_COLUMNS} FROM api_keys WHERE id = ?", (key_id,))
+        return _from_sql(rows[0]) if rows else None
 
     def find_active(self, name: str) -> ApiKeyRecord | None:
         """The key called ``name`` that is not revoked (names are unique among those)."""

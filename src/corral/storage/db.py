@@ -20,7 +20,7 @@ from corral.storage.audit import AuditRepository
 from corral.storage.policy import PolicyRepository
 from corral.storage.ports import PortRepository
 from corral.storage.project_services import ProjectServiceRepository
-from corral.storage.sandboxes import SandboxRepository
+from corral.storage.sandboxes import ChangeListener, SandboxRepository
 from corral.storage.secrets import SecretRepository
 from corral.storage.snapshots import SnapshotRepository
 from corral.storage.templates import TemplateRepository
@@ -51,9 +51,12 @@ def _commit_done(session: Session) -> None:
 
 
 class Database:
-    """Opens (and migrates to the newest schema) the store at ``path``; ``:memory:`` for tests."""
+    """Opens (and migrates to the newest schema) the store at ``path``; ``:memory:`` for tests.
+    ``on_sandbox_change`` is told of every sandbox record the store commits."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(
+        self, path: Path | str, *, on_sandbox_change: ChangeListener | None = None
+    ) -> None:
         url = "sqlite://" if str(path) == ":memory:" else f"sqlite:///{path}"
         kwargs: dict[str, Any] = {}
         if str(path) == ":memory:":
@@ -69,15 +72,15 @@ class Database:
         # Each commit's flush and durable write, in the phases of the call that made it.
         event.listen(self._sessions, "before_commit", _commit_started)
         event.listen(self._sessions, "after_commit", _commit_done)
-        self.sandboxes = SandboxRepository(self._sessions, self.engine)
-        self.api_keys = ApiKeyRepository(self._sessions)
-        self.templates = TemplateRepository(self._sessions)
+        self.sandboxes = SandboxRepository(self._sessions, self.engine, on_sandbox_change)
+        self.api_keys = ApiKeyRepository(self._sessions, self.engine)
+        self.templates = TemplateRepository(self._sessions, self.engine)
         self.snapshots = SnapshotRepository(self._sessions)
         self.trusted_keys = TrustedKeyRepository(self._sessions)
         self.project_services = ProjectServiceRepository(self._sessions)
         self.ports = PortRepository(self._sessions)
-        self.secrets = SecretRepository(self._sessions)
-        self.audit = AuditRepository(self._sessions)
+        self.secrets = SecretRepository(self._sessions, self.engine)
+        self.audit = AuditRepository(self._sessions, self.engine)
         self.policy = PolicyRepository(self._sessions)
 
     def _migrate(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Engine, case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from corral.storage.raw import fetch_all, json_or
 from corral.storage.records import SandboxRecord
 from corral.storage.tables import SandboxRow
 from corral.timing import phase
@@ -65,11 +66,6 @@ _COLUMNS = (
 )
 
 
-def _json(text: str | None, empty: Any) -> Any:
-    value = json.loads(text) if text is not None else None
-    return empty if value is None else value
-
-
 def _from_sql(row: tuple[Any, ...]) -> SandboxRecord:
     (
         id_, state, template, cpu, memory_mib, disk_mib, env, meta, created_at, updated_at,
@@ -84,15 +80,15 @@ def _from_sql(row: tuple[Any, ...]) -> SandboxRecord:
         cpu=float(cpu),
         memory_mib=memory_mib,
         disk_mib=disk_mib,
-        env=dict(_json(env, {})),
-        metadata=dict(_json(meta, {})),
+        env=dict(json_or(env, {})),
+        metadata=dict(json_or(meta, {})),
         created_at=float(created_at),
         updated_at=float(updated_at),
         expires_at=None if expires_at is None else float(expires_at),
         error=error,
         slot_index=slot_index,
         operation=operation,
-        secret_keys=list(_json(secret_keys, [])),
+        secret_keys=list(json_or(secret_keys, [])),
         on_timeout=on_timeout or "kill",
         auto_park_idle=auto_park_idle,
         auto_wake=bool(auto_wake),
@@ -129,30 +125,26 @@ ChangeListener = Callable[[SandboxRecord | None, SandboxRecord], None]
 
 
 class SandboxRepository:
-    """CRUD on the ``sandboxes`` table. Every write commits before returning, then tells the
-    ``listeners`` (the service's event stream) what changed; a listener must not raise."""
+    """CRUD on the ``sandboxes`` table. Every write commits before returning, then tells
+    ``on_change`` (the service's event stream) what changed; it must not raise."""
 
-    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        engine: Engine,
+        on_change: ChangeListener | None = None,
+    ) -> None:
         self._sessions = sessions
         self._engine = engine
-        self.listeners: list[ChangeListener] = []
+        self._on_change = on_change
 
     def _select(self, where: str, params: tuple[Any, ...]) -> builtins.list[SandboxRecord]:
-        connection = self._engine.raw_connection()
-        try:
-            cursor = connection.cursor()
-            try:
-                cursor.execute(f"SELECT {_COLUMNS} FROM sandboxes {where}", params)
-                rows = cursor.fetchall()
-            finally:
-                cursor.close()
-        finally:
-            connection.close()  # back to the pool
+        rows = fetch_all(self._engine, f"SELECT {_COLUMNS} FROM sandboxes {where}", params)
         return [_from_sql(row) for row in rows]
 
     def _changed(self, before: SandboxRecord | None, record: SandboxRecord) -> None:
-        for listener in self.listeners:
-            listener(before, record)
+        if self._on_change is not None:
+            self._on_change(before, record)
 
     def add(self, record: SandboxRecord) -> None:
         self.add_all([record])

@@ -1,7 +1,8 @@
 """Brokered secrets at rest: the ``secrets``, ``secret_bindings`` and ``secret_audit`` tables.
 
 Values are stored only sealed (``sealing.py``); a record read here carries the sealed text, which
-only the broker opens.
+only the broker opens. Bindings are read by plain SQL (``storage/raw.py``): every answer about one
+sandbox, a create's and a pool claim's included, names the secrets bound to it.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from corral.storage.raw import fetch_all
 from corral.storage.records import SecretAuditRecord, SecretBindingRecord, SecretRecord
 from corral.storage.tables import SecretAuditRow, SecretBindingRow, SecretRow
 
@@ -32,8 +34,9 @@ def _record(row: SecretRow) -> SecretRecord:
 class SecretRepository:
     """CRUD on the three secret tables. Every write commits before returning."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], engine: Engine) -> None:
         self._sessions = sessions
+        self._engine = engine
 
     # -- secrets -----------------------------------------------------------------------------
     def put(self, record: SecretRecord) -> None:
@@ -100,16 +103,16 @@ class SecretRepository:
                 )
 
     def bindings(self, sandbox_id: str | None = None) -> builtins.list[SecretBindingRecord]:
-        with self._sessions() as session:
-            query = select(SecretBindingRow).order_by(
-                SecretBindingRow.sandbox_id, SecretBindingRow.secret
-            )
-            if sandbox_id is not None:
-                query = query.where(SecretBindingRow.sandbox_id == sandbox_id)
-            return [
-                SecretBindingRecord(r.sandbox_id, r.secret, r.placeholder, r.created_at)
-                for r in session.scalars(query)
-            ]
+        where, params = (
+            ("WHERE sandbox_id = ? ", (sandbox_id,)) if sandbox_id is not None else ("", ())
+        )
+        rows = fetch_all(
+            self._engine,
+            "SELECT sandbox_id, secret, placeholder, created_at FROM secret_bindings "
+            f"{where}ORDER BY sandbox_id, secret",
+            params,
+        )
+        return [SecretBindingRecord(s, n, p, float(at)) for s, n, p, at in rows]
 
     def unbind(self, sandbox_id: str, secret: str | None = None) -> int:
         """Remove one binding of a sandbox (or all of them); returns how many."""

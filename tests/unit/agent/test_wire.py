@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, unquote
 
 import pytest
 
-from corral.agent import http, jsonio
+from corral.agent import jsonio, wire
 
 
 @pytest.mark.parametrize(
@@ -20,7 +20,7 @@ from corral.agent import http, jsonio
     ["plain", "a%20b", "caf%C3%A9", "%ff%fe", "100%", "%zz%41", "%4", "x%e2%82", "é%41", ""],
 )
 def test_unquote_matches_urllib(text: str) -> None:
-    assert http.unquote(text) == unquote(text, errors="surrogateescape")
+    assert wire.unquote(text) == unquote(text, errors="surrogateescape")
 
 
 @pytest.mark.parametrize(
@@ -29,7 +29,7 @@ def test_unquote_matches_urllib(text: str) -> None:
 )
 def test_parse_query_matches_urllib(query: str) -> None:
     expected = dict(parse_qsl(query, keep_blank_values=True, errors="surrogateescape"))
-    assert http.parse_query(query) == expected
+    assert wire.parse_query(query) == expected
 
 
 @pytest.mark.parametrize(

@@ -7,16 +7,18 @@ per call on every request (the exec path had five). ``api/deps.py`` keeps them `
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import iter_route_contexts
 
 from corral.api.app import create_app
+from corral.service.workspace import Workspace
 from tests.unit.conftest import Harness
 
 
-def _calls(dependant: Dependant) -> Iterator[object]:
+def _calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
     if dependant.call is not None:
         yield dependant.call
     for sub in dependant.dependencies:
@@ -35,3 +37,17 @@ def test_no_route_or_dependency_runs_in_a_thread(harness: Harness) -> None:
         if not inspect.iscoroutinefunction(call)
     }
     assert not threaded, f"sync endpoints or dependencies (run in a thread): {sorted(threaded)}"
+
+
+def test_routes_take_services_not_the_workspace(harness: Harness) -> None:
+    """A route names the services it calls (``SandboxesDep``, ``LifecycleDep``, ...): no
+    dependency hands it the whole ``Workspace``."""
+    app = create_app(harness.workspace, manage_lifespan=False)
+    routes = [r for r in iter_route_contexts(app.routes) if hasattr(r, "dependant")]
+    whole = {
+        f"{route.path} {getattr(call, '__qualname__', call)}"
+        for route in routes
+        for call in _calls(route.dependant)
+        if inspect.signature(call, eval_str=True).return_annotation is Workspace
+    }
+    assert not whole, f"routes given the whole workspace: {sorted(whole)}"

@@ -38,8 +38,11 @@ async def test_subscribers_see_what_their_key_may_see_and_build_progress(tmp_pat
     bus = EventBus()
     streams = {p.name: bus.subscribe(p) for p in (ADMIN, ALICE, BOB)}
     bus.sandbox_changed(record("running"), record("parked"))
-    handle = BuildHandle("py", tmp_path / "py.ndjson")
-    handle.on_progress = lambda event: bus.build_progress("py", "k-bob", event)
+    handle = BuildHandle(
+        "py",
+        tmp_path / "py.ndjson",
+        on_progress=lambda event: bus.build_progress("py", "k-bob", event),
+    )
     await handle.emit({"type": "step", "index": 0, "text": "RUN true"})
     await handle.emit({"type": "output", "index": 0, "stream": "stdout", "data": "x\n"})
     await handle.emit({"type": "done", "template": "py"})

@@ -107,10 +107,12 @@ def test_list_filters_by_state_pool_and_metadata_oldest_first(db: Database) -> N
 
 
 def test_update_tells_listeners_before_and_after_and_refuses_what_is_not_a_field(
-    db: Database,
+    tmp_path: Path,
 ) -> None:
     seen: list[tuple[SandboxRecord | None, SandboxRecord]] = []
-    db.sandboxes.listeners.append(lambda before, after: seen.append((before, after)))
+    db = Database(
+        tmp_path / "told.db", on_sandbox_change=lambda before, after: seen.append((before, after))
+    )
     db.sandboxes.add(BARE)
     after = db.sandboxes.update(BARE.id, state="parked", operation=None, metadata={"k": "v"})
     assert after == db.sandboxes.get(BARE.id) == _orm_read(db, BARE.id)

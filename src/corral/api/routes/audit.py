@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from corral.api import schemas_access as schemas
-from corral.api.deps import WorkspaceDep
+from corral.api.deps import AuditDep
 from corral.service.records import AuditEntry
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
@@ -37,7 +37,7 @@ def entry_schema(entry: AuditEntry) -> schemas.AuditEntry:
     responses={200: {"content": {"application/x-ndjson": {}}}},
 )
 async def query_audit(
-    ws: WorkspaceDep,
+    audit: AuditDep,
     key: Annotated[str | None, Query(max_length=64, description="a key's name")] = None,
     sandbox: Annotated[
         str | None, Query(max_length=253, description="a sandbox id (or other target)")
@@ -47,7 +47,7 @@ async def query_audit(
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
     format: Annotated[str, Query(pattern="^(json|jsonl)$")] = "json",
 ) -> Response:
-    entries = await ws.audit.query(
+    entries = await audit.query(
         key_name=key, target=sandbox, since=since, after_id=after, limit=limit
     )
     if format == "jsonl":

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from corral.api.deps import PrincipalDep, WorkspaceDep
+from corral.api.deps import EventsDep, PrincipalDep
 
 router = APIRouter(prefix="/v1", tags=["events"])
 
@@ -20,11 +20,11 @@ KEEPALIVE_SECONDS = 15.0
     operation_id="follow_events",
     responses={200: {"content": {"text/event-stream": {}}}},
 )
-async def follow_events(ws: WorkspaceDep, principal: PrincipalDep) -> StreamingResponse:
+async def follow_events(events: EventsDep, principal: PrincipalDep) -> StreamingResponse:
     """``text/event-stream``: one ``event: KIND`` with a JSON ``data:`` line per change
     (``created``, ``running``, ``parked``, ``woken``, ``forked``, ``killed``, ``stopped``,
     ``error``, ``build``; ``lagged`` if this reader fell behind and lost some)."""
-    subscription = ws.events.subscribe(principal)
+    subscription = events.subscribe(principal)
 
     async def stream() -> AsyncIterator[bytes]:
         try:

@@ -7,9 +7,7 @@ import time
 from fastapi import APIRouter, Response
 
 from corral.api import schemas_access as schemas
-from corral.api.deps import PrincipalDep, WorkspaceDep
-from corral.service.model import LIVE_STATES
-from corral.service.quotas import usage_of
+from corral.api.deps import AdmissionDep, ApiKeysDep, PrincipalDep
 from corral.service.records import ApiKeyRecord
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
@@ -31,10 +29,10 @@ def key_info(record: ApiKeyRecord) -> schemas.KeyInfo:
 
 @router.post("", operation_id="create_key", status_code=201, response_model=schemas.KeyCreated)
 async def create_key(
-    body: schemas.KeyCreate, ws: WorkspaceDep, principal: PrincipalDep
+    body: schemas.KeyCreate, api_keys: ApiKeysDep, principal: PrincipalDep
 ) -> schemas.KeyCreated:
     expires = time.time() + body.expires_in_seconds if body.expires_in_seconds else None
-    key, record = ws.api_keys.issue(
+    key, record = api_keys.issue(
         body.name,
         body.role,
         scopes=list(body.scopes) if body.scopes is not None else None,
@@ -47,14 +45,16 @@ async def create_key(
 
 
 @router.get("", operation_id="list_keys", response_model=schemas.KeyList)
-async def list_keys(ws: WorkspaceDep) -> schemas.KeyList:
-    return schemas.KeyList(keys=[key_info(r) for r in ws.api_keys.list()])
+async def list_keys(api_keys: ApiKeysDep) -> schemas.KeyList:
+    return schemas.KeyList(keys=[key_info(r) for r in api_keys.list()])
 
 
 @router.get("/self", operation_id="get_self", response_model=schemas.KeySelf)
-async def get_self(ws: WorkspaceDep, principal: PrincipalDep) -> schemas.KeySelf:
-    record = ws.api_keys.get(principal.name)
-    used = usage_of(ws.db.sandboxes.list(states=LIVE_STATES), record.id)
+async def get_self(
+    api_keys: ApiKeysDep, admission: AdmissionDep, principal: PrincipalDep
+) -> schemas.KeySelf:
+    record = api_keys.get(principal.name)
+    used = admission.usage(record.id)
     usage = schemas.Usage(
         running=int(used.running),
         cpu=used.cpu,
@@ -66,6 +66,6 @@ async def get_self(ws: WorkspaceDep, principal: PrincipalDep) -> schemas.KeySelf
 
 
 @router.delete("/{name}", operation_id="revoke_key", status_code=204)
-async def revoke_key(name: str, ws: WorkspaceDep, principal: PrincipalDep) -> Response:
-    ws.api_keys.revoke(name, by=principal)
+async def revoke_key(name: str, api_keys: ApiKeysDep, principal: PrincipalDep) -> Response:
+    api_keys.revoke(name, by=principal)
     return Response(status_code=204)

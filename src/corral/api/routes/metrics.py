@@ -6,6 +6,7 @@ import asyncio
 
 from fastapi import APIRouter, Request, Response
 
+from corral.api.deps import MetricsDep
 from corral.api.metrics import CONTENT_TYPE, ApiMetrics
 
 router = APIRouter(tags=["metrics"])
@@ -17,8 +18,8 @@ router = APIRouter(tags=["metrics"])
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}}},
 )
-async def get_metrics(request: Request) -> Response:
+async def get_metrics(request: Request, sandbox_metrics: MetricsDep) -> Response:
     metrics: ApiMetrics = request.app.state.metrics
-    network = await request.app.state.workspace.metrics.network_totals()
+    network = await sandbox_metrics.network_totals()
     body = await asyncio.to_thread(metrics.render, network)  # reads the store
     return Response(body, media_type=CONTENT_TYPE)

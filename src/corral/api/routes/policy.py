@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from corral.api import schemas_access as schemas
-from corral.api.deps import WorkspaceDep
+from corral.api.deps import PolicyDep
 from corral.service.policy import WorkspacePolicy
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
@@ -16,12 +16,12 @@ def policy_schema(policy: WorkspacePolicy) -> schemas.Policy:
 
 
 @router.get("", operation_id="get_policy", response_model=schemas.Policy)
-async def get_policy(ws: WorkspaceDep) -> schemas.Policy:
-    return policy_schema(ws.policy.current())
+async def get_policy(policy: PolicyDep) -> schemas.Policy:
+    return policy_schema(policy.current())
 
 
 @router.patch("", operation_id="set_policy", response_model=schemas.Policy)
-async def set_policy(body: schemas.PolicyUpdate, ws: WorkspaceDep) -> schemas.Policy:
+async def set_policy(body: schemas.PolicyUpdate, policy: PolicyDep) -> schemas.Policy:
     """Change the fields given (null: back to the default); applies to the next request."""
     changes = {name: getattr(body, name) for name in body.model_fields_set}
-    return policy_schema(ws.policy.update(changes))
+    return policy_schema(policy.update(changes))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from corral.api import schemas
-from corral.api.deps import WorkspaceDep
+from corral.api.deps import PortsDep
 from corral.service.ports import OpenPort
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/ports", tags=["ports"])
@@ -26,16 +26,16 @@ def port_schema(opened: OpenPort) -> schemas.Port:
 
 
 @router.get("", operation_id="list_ports", response_model=schemas.PortList)
-async def list_ports(sandbox_id: str, ws: WorkspaceDep) -> schemas.PortList:
-    return schemas.PortList(ports=[port_schema(p) for p in ws.ports.list(sandbox_id)])
+async def list_ports(sandbox_id: str, ports: PortsDep) -> schemas.PortList:
+    return schemas.PortList(ports=[port_schema(p) for p in ports.list(sandbox_id)])
 
 
 @router.post("", operation_id="open_port", response_model=schemas.Port)
-async def open_port(sandbox_id: str, body: schemas.PortOpen, ws: WorkspaceDep) -> schemas.Port:
-    return port_schema(ws.ports.open(sandbox_id, body.port, public=body.public))
+async def open_port(sandbox_id: str, body: schemas.PortOpen, ports: PortsDep) -> schemas.Port:
+    return port_schema(ports.open(sandbox_id, body.port, public=body.public))
 
 
 @router.delete("/{port}", operation_id="close_port", status_code=204)
-async def close_port(sandbox_id: str, port: int, ws: WorkspaceDep) -> Response:
-    ws.ports.close(sandbox_id, port)
+async def close_port(sandbox_id: str, port: int, ports: PortsDep) -> Response:
+    ports.close(sandbox_id, port)
     return Response(status_code=204)

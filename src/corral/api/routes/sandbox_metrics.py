@@ -6,17 +6,17 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from corral.api import schemas
-from corral.api.deps import WorkspaceDep
+from corral.api.deps import MetricsDep
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["sandboxes"])
 
 
 @router.get("/metrics", operation_id="sandbox_metrics", response_model=schemas.SandboxMetricsSample)
-async def sandbox_metrics(sandbox_id: str, ws: WorkspaceDep) -> schemas.SandboxMetricsSample:
+async def sandbox_metrics(sandbox_id: str, metrics: MetricsDep) -> schemas.SandboxMetricsSample:
     """cpu percent of its allowance since the previous sample, memory and disk in bytes, network
     traffic in bytes and packets since the sandbox was created; 409
     when the sandbox is not running."""
-    sample = await ws.metrics.sample(sandbox_id)
+    sample = await metrics.sample(sandbox_id)
     return schemas.SandboxMetricsSample(
         sandbox_id=sample.sandbox_id,
         timestamp=sample.timestamp,

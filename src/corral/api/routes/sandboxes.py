@@ -9,12 +9,22 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 
 from corral.api import schemas
-from corral.api.deps import SandboxesDep, WorkspaceDep
+from corral.api.deps import (
+    ApiKeysDep,
+    CreatorDep,
+    LifecycleDep,
+    PortsDep,
+    ProjectServicesDep,
+    SandboxesDep,
+    SecretsDep,
+    SnapshotsDep,
+    TransferDep,
+)
 from corral.api.routes.ports import port_schema
 from corral.service.errors import InvalidRequest
 from corral.service.model import CreateRequest
 from corral.service.records import SandboxRecord
-from corral.service.workspace import Workspace
+from corral.service.secrets import SecretService
 from corral.timing import phase
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
@@ -53,7 +63,12 @@ def network_of(record: SandboxRecord) -> schemas.NetworkPolicy:
 
 
 @router.post("", operation_id="create_sandbox", status_code=201, response_model=schemas.Sandbox)
-async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schemas.Sandbox:
+async def create_sandbox(
+    body: schemas.SandboxCreate,
+    creator: CreatorDep,
+    snapshots: SnapshotsDep,
+    secrets: SecretsDep,
+) -> schemas.Sandbox:
     request = CreateRequest(
         template=body.template,
         cpu=body.cpu,
@@ -77,23 +92,23 @@ async def create_sandbox(body: schemas.SandboxCreate, ws: WorkspaceDep) -> schem
             "brokered secrets are given to new sandboxes, not to one restored from a snapshot"
         )
     if body.snapshot is not None:
-        return with_secrets(to_schema(await ws.snapshots.restore(body.snapshot, request)), ws)
-    record = await ws.creator.create(request)
+        return with_secrets(to_schema(await snapshots.restore(body.snapshot, request)), secrets)
+    record = await creator.create(request)
     with phase("sandbox answer"):
-        return with_secrets(to_schema(record), ws)
+        return with_secrets(to_schema(record), secrets)
 
 
-def with_secrets(answer: schemas.Sandbox, ws: Workspace) -> schemas.Sandbox:
+def with_secrets(answer: schemas.Sandbox, secrets: SecretService) -> schemas.Sandbox:
     """One sandbox's answer with the names of its brokered secrets (a store query, so lists,
     which may hold thousands, leave it out)."""
-    answer.brokered_secrets = ws.secrets.bindings_of(answer.id)
+    answer.brokered_secrets = secrets.bindings_of(answer.id)
     return answer
 
 
 @router.get("", operation_id="list_sandboxes", response_model=schemas.SandboxList)
 async def list_sandboxes(
-    ws: WorkspaceDep,
     sandboxes: SandboxesDep,
+    api_keys: ApiKeysDep,
     state: Annotated[list[str] | None, Query()] = None,
     metadata: Annotated[list[str] | None, Query(description="k=v, repeatable")] = None,
     include_pooled: Annotated[
@@ -119,25 +134,32 @@ async def list_sandboxes(
         include_pooled=include_pooled,
         include_ended=include_ended,
     )
-    owners = ws.api_keys.names()
+    owners = api_keys.names()
     return schemas.SandboxList(sandboxes=[to_schema(r, owners) for r in records])
 
 
 @router.get("/{sandbox_id}", operation_id="get_sandbox", response_model=schemas.Sandbox)
-async def get_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
-    record = await ws.sandboxes.refresh(sandbox_id)
-    answer = to_schema(record, ws.api_keys.names())
-    answer.frozen = ws.sandboxes.freezer.is_frozen(sandbox_id)
-    services = ws.services.list()
+async def get_sandbox(
+    sandbox_id: str,
+    sandboxes: SandboxesDep,
+    api_keys: ApiKeysDep,
+    project_services: ProjectServicesDep,
+    ports: PortsDep,
+    secrets: SecretsDep,
+) -> schemas.Sandbox:
+    record = await sandboxes.refresh(sandbox_id)
+    answer = to_schema(record, api_keys.names())
+    answer.frozen = sandboxes.freezer.is_frozen(sandbox_id)
+    services = project_services.list()
     # Without tokens: reading a sandbox is a viewer's right, a port's token its owner's
     # (GET .../ports gives them).
     answer.ports = [
-        port_schema(p).model_copy(update={"token": None}) for p in ws.ports.list(sandbox_id)
+        port_schema(p).model_copy(update={"token": None}) for p in ports.list(sandbox_id)
     ]
-    if ws.sandboxes.policy_of(record).reaches_project:
+    if sandboxes.policy_of(record).reaches_project:
         answer.names = [s.name for s in services if s.sandbox_id != sandbox_id]
     answer.serves_as = [s.name for s in services if s.sandbox_id == sandbox_id]
-    return with_secrets(answer, ws)
+    return with_secrets(answer, secrets)
 
 
 @router.delete("/{sandbox_id}", operation_id="kill_sandbox", status_code=204)
@@ -147,13 +169,13 @@ async def kill_sandbox(sandbox_id: str, sandboxes: SandboxesDep) -> Response:
 
 
 @router.post("/{sandbox_id}/park", operation_id="park_sandbox", response_model=schemas.Sandbox)
-async def park_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
-    return to_schema(await ws.lifecycle.park(sandbox_id))
+async def park_sandbox(sandbox_id: str, lifecycle: LifecycleDep) -> schemas.Sandbox:
+    return to_schema(await lifecycle.park(sandbox_id))
 
 
 @router.post("/{sandbox_id}/wake", operation_id="wake_sandbox", response_model=schemas.Sandbox)
-async def wake_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
-    return to_schema(await ws.lifecycle.wake(sandbox_id))
+async def wake_sandbox(sandbox_id: str, lifecycle: LifecycleDep) -> schemas.Sandbox:
+    return to_schema(await lifecycle.wake(sandbox_id))
 
 
 @router.post(
@@ -163,9 +185,9 @@ async def wake_sandbox(sandbox_id: str, ws: WorkspaceDep) -> schemas.Sandbox:
     response_model=schemas.SandboxList,
 )
 async def fork_sandbox(
-    sandbox_id: str, body: schemas.ForkRequest, ws: WorkspaceDep
+    sandbox_id: str, body: schemas.ForkRequest, lifecycle: LifecycleDep
 ) -> schemas.SandboxList:
-    records = await ws.lifecycle.fork(sandbox_id, body.count)
+    records = await lifecycle.fork(sandbox_id, body.count)
     return schemas.SandboxList(sandboxes=[to_schema(r) for r in records])
 
 
@@ -174,8 +196,8 @@ async def fork_sandbox(
     operation_id="export_sandbox",
     responses={200: {"content": {"application/x-tar": {}}}},
 )
-async def export_sandbox(sandbox_id: str, ws: WorkspaceDep) -> StreamingResponse:
-    return StreamingResponse(ws.transfer.export_sandbox(sandbox_id), media_type="application/x-tar")
+async def export_sandbox(sandbox_id: str, transfer: TransferDep) -> StreamingResponse:
+    return StreamingResponse(transfer.export_sandbox(sandbox_id), media_type="application/x-tar")
 
 
 @router.put(

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from corral.api import schemas
-from corral.api.deps import WorkspaceDep
+from corral.api.deps import SandboxesDep, SecretsDep
 from corral.service.records import SecretRecord
 from corral.service.secrets import SecretService, options_of
 
@@ -34,18 +34,18 @@ def secret_schema(record: SecretRecord, service: SecretService) -> schemas.Secre
 
 
 @router.get("/v1/secrets", operation_id="list_secrets", response_model=schemas.SecretList)
-async def list_secrets(ws: WorkspaceDep) -> schemas.SecretList:
-    return schemas.SecretList(secrets=[secret_schema(r, ws.secrets) for r in ws.secrets.list()])
+async def list_secrets(secrets: SecretsDep) -> schemas.SecretList:
+    return schemas.SecretList(secrets=[secret_schema(r, secrets) for r in secrets.list()])
 
 
 @router.get("/v1/secrets/log", operation_id="secret_log", response_model=schemas.SecretLog)
 async def secret_log(
-    ws: WorkspaceDep,
+    secrets: SecretsDep,
     secret: str | None = None,
     sandbox_id: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> schemas.SecretLog:
-    entries = ws.secrets.audit_log(secret=secret, sandbox_id=sandbox_id, limit=limit)
+    entries = secrets.audit_log(secret=secret, sandbox_id=sandbox_id, limit=limit)
     return schemas.SecretLog(
         entries=[
             schemas.SecretAuditEntry(
@@ -62,13 +62,13 @@ async def secret_log(
 
 
 @router.get("/v1/secrets/{name}", operation_id="get_secret", response_model=schemas.Secret)
-async def get_secret(name: str, ws: WorkspaceDep) -> schemas.Secret:
-    return secret_schema(ws.secrets.get(name), ws.secrets)
+async def get_secret(name: str, secrets: SecretsDep) -> schemas.Secret:
+    return secret_schema(secrets.get(name), secrets)
 
 
 @router.put("/v1/secrets/{name}", operation_id="put_secret", response_model=schemas.Secret)
-async def put_secret(name: str, body: schemas.SecretSet, ws: WorkspaceDep) -> schemas.Secret:
-    record = ws.secrets.set(
+async def put_secret(name: str, body: schemas.SecretSet, secrets: SecretsDep) -> schemas.Secret:
+    record = secrets.set(
         name,
         body.value,
         preset=body.preset,
@@ -78,26 +78,30 @@ async def put_secret(name: str, body: schemas.SecretSet, ws: WorkspaceDep) -> sc
         query=body.query,
         body=body.body,
     )
-    return secret_schema(record, ws.secrets)
+    return secret_schema(record, secrets)
 
 
 @router.post(
     "/v1/secrets/{name}/rotate", operation_id="rotate_secret", response_model=schemas.Secret
 )
-async def rotate_secret(name: str, body: schemas.SecretRotate, ws: WorkspaceDep) -> schemas.Secret:
-    return secret_schema(ws.secrets.rotate(name, body.value), ws.secrets)
+async def rotate_secret(
+    name: str, body: schemas.SecretRotate, secrets: SecretsDep
+) -> schemas.Secret:
+    return secret_schema(secrets.rotate(name, body.value), secrets)
 
 
 @router.delete("/v1/secrets/{name}", operation_id="remove_secret", status_code=204)
-async def remove_secret(name: str, ws: WorkspaceDep) -> Response:
-    ws.secrets.remove(name)
+async def remove_secret(name: str, secrets: SecretsDep) -> Response:
+    secrets.remove(name)
     return Response(status_code=204)
 
 
 @router.delete(
     "/v1/sandboxes/{sandbox_id}/secrets/{name}", operation_id="revoke_secret", status_code=204
 )
-async def revoke_secret(sandbox_id: str, name: str, ws: WorkspaceDep) -> Response:
-    ws.sandboxes.get(sandbox_id)
-    ws.secrets.revoke(sandbox_id, name)
+async def revoke_secret(
+    sandbox_id: str, name: str, sandboxes: SandboxesDep, secrets: SecretsDep
+) -> Response:
+    sandboxes.get(sandbox_id)
+    secrets.revoke(sandbox_id, name)
     return Response(status_code=204)

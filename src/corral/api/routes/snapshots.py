@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from corral.api import schemas
-from corral.api.deps import WorkspaceDep
+from corral.api.deps import SnapshotsDep, TransferDep
 from corral.api.routes.sandboxes import to_schema
 from corral.service.records import SnapshotRecord
 
@@ -34,27 +34,27 @@ def snapshot_schema(record: SnapshotRecord) -> schemas.Snapshot:
     response_model=schemas.Snapshot,
 )
 async def snapshot_sandbox(
-    sandbox_id: str, body: schemas.SnapshotCreate, ws: WorkspaceDep
+    sandbox_id: str, body: schemas.SnapshotCreate, snapshots: SnapshotsDep
 ) -> schemas.Snapshot:
-    record = await ws.snapshots.take(
+    record = await snapshots.take(
         sandbox_id, body.name, fs_only=body.fs_only, allow_secrets=body.allow_secrets
     )
     return snapshot_schema(record)
 
 
 @router.get("/snapshots", operation_id="list_snapshots", response_model=schemas.SnapshotList)
-async def list_snapshots(ws: WorkspaceDep) -> schemas.SnapshotList:
-    return schemas.SnapshotList(snapshots=[snapshot_schema(s) for s in ws.snapshots.list()])
+async def list_snapshots(snapshots: SnapshotsDep) -> schemas.SnapshotList:
+    return schemas.SnapshotList(snapshots=[snapshot_schema(s) for s in snapshots.list()])
 
 
 @router.get("/snapshots/{name}", operation_id="get_snapshot", response_model=schemas.Snapshot)
-async def get_snapshot(name: str, ws: WorkspaceDep) -> schemas.Snapshot:
-    return snapshot_schema(ws.snapshots.get(name))
+async def get_snapshot(name: str, snapshots: SnapshotsDep) -> schemas.Snapshot:
+    return snapshot_schema(snapshots.get(name))
 
 
 @router.delete("/snapshots/{name}", operation_id="remove_snapshot", status_code=204)
-async def remove_snapshot(name: str, ws: WorkspaceDep) -> Response:
-    await ws.snapshots.remove(name)
+async def remove_snapshot(name: str, snapshots: SnapshotsDep) -> Response:
+    await snapshots.remove(name)
     return Response(status_code=204)
 
 
@@ -63,8 +63,8 @@ async def remove_snapshot(name: str, ws: WorkspaceDep) -> Response:
     operation_id="export_snapshot",
     responses={200: {"content": {"application/x-tar": {}}}},
 )
-async def export_snapshot(name: str, ws: WorkspaceDep) -> StreamingResponse:
-    return StreamingResponse(ws.transfer.export_snapshot(name), media_type="application/x-tar")
+async def export_snapshot(name: str, transfer: TransferDep) -> StreamingResponse:
+    return StreamingResponse(transfer.export_snapshot(name), media_type="application/x-tar")
 
 
 @router.post(
@@ -72,12 +72,12 @@ async def export_snapshot(name: str, ws: WorkspaceDep) -> StreamingResponse:
 )
 async def import_file(
     request: Request,
-    ws: WorkspaceDep,
+    transfer: TransferDep,
     fs_only: bool = Query(
         False, description="import an untrusted export's files only (never its memory)"
     ),
 ) -> schemas.ImportResult:
-    imported = await ws.transfer.import_file(request.stream(), fs_only=fs_only)
+    imported = await transfer.import_file(request.stream(), fs_only=fs_only)
     record, signer = imported.record, imported.signer
     by = schemas.ImportSigner(
         name=signer.name if signer else None, public_key=signer.public_key if signer else None

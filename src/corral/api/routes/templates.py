@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
 from corral.api import schemas, schemas_access
-from corral.api.deps import WorkspaceDep
+from corral.api.deps import BuildsDep, PoolsDep, TemplatesDep
 from corral.api.streams import NDJSON, ndjson_response
 from corral.service.builds import BuildRequest
 from corral.service.records import BuildStep, TemplateRecord
@@ -58,13 +58,13 @@ def to_schema(record: TemplateRecord, templates: TemplateService) -> schemas.Tem
 )
 async def upload_build_input(
     request: Request,
-    ws: WorkspaceDep,
+    templates: TemplatesDep,
     kind: Literal["context", "docker-archive", "oci"] = "context",
     name: str | None = None,
 ) -> schemas.Upload:
     """Receive a build context (a tar of its files), an OCI layout (a tar of the dir) or a
     docker-archive file; bounded by the daemon's upload limit. Name it in one build."""
-    upload = await ws.templates.uploads.receive(kind, name, request.stream())
+    upload = await templates.uploads.receive(kind, name, request.stream())
     return schemas.Upload(id=upload.id, kind=upload.kind, size=upload.size, members=upload.members)  # type: ignore[arg-type]
 
 
@@ -73,8 +73,8 @@ async def upload_build_input(
     operation_id="build_template",
     responses={200: {"content": {NDJSON: {}}, "description": "build events, done or failed last"}},
 )
-async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Response:
-    handle = await ws.builds.start_build(
+async def build_template(body: schemas.TemplateBuild, builds: BuildsDep) -> Response:
+    handle = await builds.start_build(
         BuildRequest(
             body.name,
             base=body.base,
@@ -107,28 +107,28 @@ async def build_template(body: schemas.TemplateBuild, ws: WorkspaceDep) -> Respo
 
 
 @router.get("", operation_id="list_templates", response_model=schemas.TemplateList)
-async def list_templates(ws: WorkspaceDep) -> schemas.TemplateList:
-    return schemas.TemplateList(templates=[to_schema(t, ws.templates) for t in ws.templates.list()])
+async def list_templates(templates: TemplatesDep) -> schemas.TemplateList:
+    return schemas.TemplateList(templates=[to_schema(t, templates) for t in templates.list()])
 
 
 @router.get("/{name}", operation_id="get_template", response_model=schemas.Template)
-async def get_template(name: str, ws: WorkspaceDep) -> schemas.Template:
-    return to_schema(ws.templates.get(name), ws.templates)
+async def get_template(name: str, templates: TemplatesDep) -> schemas.Template:
+    return to_schema(templates.get(name), templates)
 
 
 @router.delete("/{name}", operation_id="delete_template", status_code=204)
-async def delete_template(name: str, ws: WorkspaceDep) -> Response:
-    await ws.pools.drain(ws.templates.owned(name).name)  # its ready sandboxes are not users
-    await ws.templates.delete(name)
+async def delete_template(name: str, templates: TemplatesDep, pools: PoolsDep) -> Response:
+    await pools.drain(templates.owned(name).name)  # its ready sandboxes are not users
+    await templates.delete(name)
     return Response(status_code=204)
 
 
 @router.put("/{name}/shared", operation_id="share_template", response_model=schemas.Template)
 async def share_template(
-    name: str, body: schemas_access.TemplateShare, ws: WorkspaceDep
+    name: str, body: schemas_access.TemplateShare, templates: TemplatesDep
 ) -> schemas.Template:
     """Mark a template shared with every member (``shared: false``: private to its owner)."""
-    return to_schema(ws.templates.set_shared(name, body.shared), ws.templates)
+    return to_schema(templates.set_shared(name, body.shared), templates)
 
 
 @router.get(
@@ -136,5 +136,5 @@ async def share_template(
     operation_id="template_logs",
     responses={200: {"content": {NDJSON: {}}, "description": "the last build's events"}},
 )
-async def template_logs(name: str, ws: WorkspaceDep) -> Response:
-    return FileResponse(ws.builds.logs(name), media_type=NDJSON)
+async def template_logs(name: str, builds: BuildsDep) -> Response:
+    return FileResponse(builds.logs(name), media_type=NDJSON)

@@ -26,7 +26,14 @@ class BuildHandle:
     output events are dropped, after one marker event saying so, and before the last event a
     second marker says how much was dropped."""
 
-    def __init__(self, name: str, log_path: Path, max_output: int = 2 << 20) -> None:
+    def __init__(
+        self,
+        name: str,
+        log_path: Path,
+        max_output: int = 2 << 20,
+        *,
+        on_progress: Callable[[Event], None] | None = None,
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self.max_output = max_output
@@ -38,7 +45,7 @@ class BuildHandle:
         self._dropped = 0
         self._dropped_events = 0
         # Told of every event but output (steps, the end): the workspace's event stream.
-        self.on_progress: Callable[[Event], None] | None = None
+        self.on_progress = on_progress
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "w", buffering=1)  # noqa: SIM115 - closed at finish
 

@@ -312,11 +312,16 @@ class BuildService:
         try:
             for upload_id in plan.uploads:
                 plan.owned.append(self.uploads.claim(upload_id).dir)
-            handle = BuildHandle(name, self.log_path(name), self.settings.build_log_max_kib * 1024)
             progress = self.on_progress
-            if progress is not None:
-                owner = access.new_owner()
-                handle.on_progress = lambda event: progress(name, owner, event)
+            owner = access.new_owner()
+            handle = BuildHandle(
+                name,
+                self.log_path(name),
+                self.settings.build_log_max_kib * 1024,
+                on_progress=(
+                    None if progress is None else lambda event: progress(name, owner, event)
+                ),
+            )
         except BaseException:
             builder.release(plan)
             for owned in plan.owned:

@@ -37,7 +37,7 @@ from corral.service.model import (
     SandboxState,
 )
 from corral.service.policy import PolicyService
-from corral.service.quotas import check_quotas, usage_of
+from corral.service.quotas import Usage, check_quotas, usage_of
 from corral.service.sandboxes.host_room import HostRoom
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.templates import TemplateService
@@ -84,6 +84,10 @@ class Admission:
 
     def capacity(self) -> CapacityReport:
         return self.model.report(self._reserved(), snapshot_mib=self._snapshot_mib())
+
+    def usage(self, owner: str) -> Usage:
+        """What the key ``owner``'s live sandboxes hold now (what its quotas count)."""
+        return usage_of(self._live(), owner)
 
     def resolve(self, request: CreateRequest) -> tuple[float, int, int, float | None]:
         """Resources and expiry for a request, or InvalidRequest naming every problem."""
