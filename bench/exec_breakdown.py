@@ -9,6 +9,10 @@ C D E F, ...) so load from elsewhere weighs on all alike:
     agent direct          one `POST /processes?stream=true` to the agent over a kept-alive
                           http.client connection from this process, read to the exit event:
                           the agent's part plus the least a host client can add
+    agent direct, idle    the same after the sandbox sat 50 ms without a call (untimed): a
+                          gVisor sandbox answers its first call after a pause far slower than
+                          one right after another (a pooled sandbox's first exec, a user's
+                          command after some thought); the difference is printed below
     API GET (no agent)    `GET /v1/sandboxes/ID` to the daemon over a kept-alive connection:
                           the daemon's front, auth, routing and one record read
     API exec, kept-alive  `POST /v1/sandboxes/ID/exec` the same way: agent direct + the daemon
@@ -113,6 +117,9 @@ def main() -> None:
             "agent direct (kept-alive)": lambda: agent.timed(
                 "POST", "/processes?stream=true", true_spec, stream=True
             ),
+            "agent direct, after 50 ms idle": lambda: _after_pause(
+                0.05, lambda: agent.timed("POST", "/processes?stream=true", true_spec, stream=True)
+            ),
             "API GET sandbox (no agent)": lambda: api.timed("GET", path, None, stream=False),
             "API exec (kept-alive)": lambda: api.timed(
                 "POST", f"{path}/exec", true_spec, stream=True
@@ -146,6 +153,8 @@ def main() -> None:
     print(f"agent's share above the floor: {direct - floor.p50:6.2f} ms")
     host = figures["API exec (kept-alive)"].p50 - direct
     print(f"host's share (API exec - agent direct): {host:6.2f} ms")
+    idle = figures["agent direct, after 50 ms idle"].p50 - direct
+    print(f"a 50 ms pause before the agent call adds: {idle:6.2f} ms (no daemon on that path)")
     print(goal_line("exec round trip (SDK)", sdk, floor.p50 + 3, "ms", "spawn floor + 3 ms"))
     print("load average:", " ".join(Path("/proc/loadavg").read_text().split()[:3]))
 
@@ -155,6 +164,12 @@ def _cpu_ms(pid: int) -> float:
     summed over many calls, the mean per call is exact enough)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _after_pause(seconds: float, fn: Callable[[], float]) -> float:
+    """``fn()``'s own figure, called after ``seconds`` without a call (the pause untimed)."""
+    time.sleep(seconds)
+    return fn()
 
 
 def _timed(fn: Callable[[], object]) -> float:

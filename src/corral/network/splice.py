@@ -10,9 +10,15 @@ neither side can move, so a short exchange costs two system calls per pipeful an
 it has moved ``THREAD_AFTER`` bytes it is a bulk transfer, and the rest of it is driven by a
 thread of its own that waits in ``poll(2)``: per pipeful that costs a system call instead of a
 future, a timer and two ``epoll_ctl`` on the loop, which more than halves the proxy's own CPU
-time per GiB (bench/network.py). ``os.splice`` and ``poll`` release the GIL. So there is at most
-one thread per bulk direction, and none for the many short ones; if no thread can be started,
-the copy goes on on the loop.
+time per GiB (bench/network.py). So there is at most one thread per bulk direction, and none
+for the many short ones; if no thread can be started, the copy goes on on the loop.
+
+The thread's loop is ``splice_pump.c`` (built by ``scripts/build-pump`` beside this file, loaded
+through ``ctypes`` on first use), which runs the whole direction in one call without the GIL: a
+loop in Python takes the GIL back after every ``splice`` and ``poll``, and in the daemon, whose
+event loop and other threads run Python, each of those waits up to the interpreter's switch
+interval (bench/README.md measured the proxied throughput halved by one busy Python thread).
+Without the library (no C compiler where it was set up) the same loop runs in Python.
 
 Both sockets must be non-blocking. ``copy`` returns when ``limit`` bytes have been moved, or,
 without a limit, at the end of ``src`` (its peer shut down writing); an error on either socket
@@ -26,19 +32,58 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import fcntl
+import functools
+import math
 import os
 import select
 import socket
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
-__all__ = ["PIPE_SIZE", "THREAD_AFTER", "copy"]
+__all__ = ["NATIVE_LIBRARY", "PIPE_SIZE", "THREAD_AFTER", "copy", "native_drive"]
 
 PIPE_SIZE = 1 << 20
 YIELD_EVERY = 8 << 20
 THREAD_AFTER = 2 << 20
 _FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+NATIVE_LIBRARY = Path(__file__).with_name("splice_pump.so")
+
+
+class _State(ctypes.Structure):
+    """``struct corral_pump`` of splice_pump.c, field for field."""
+
+    _fields_ = [
+        ("src", ctypes.c_int32),
+        ("dst", ctypes.c_int32),
+        ("read_end", ctypes.c_int32),
+        ("write_end", ctypes.c_int32),
+        ("capacity", ctypes.c_int64),
+        ("limit", ctypes.c_int64),
+        ("moved", ctypes.c_int64),
+        ("in_pipe", ctypes.c_int64),
+        ("ended", ctypes.c_int32),
+        ("stopped", ctypes.c_int32),
+    ]
+
+
+_NativeDrive = Callable[..., int]  # (pointer to _State, stop_fd, idle_ms) -> outcome
+
+
+@functools.cache
+def native_drive() -> _NativeDrive | None:
+    """``corral_pump_drive`` of the built library, or None when there is none."""
+    try:
+        library = ctypes.CDLL(str(NATIVE_LIBRARY))  # CDLL: the GIL is released during calls
+    except OSError:
+        return None
+    drive = library.corral_pump_drive
+    drive.argtypes = [ctypes.POINTER(_State), ctypes.c_int, ctypes.c_int]
+    drive.restype = ctypes.c_int
+    return drive
 
 
 def _pipe() -> tuple[int, int, int]:
@@ -60,6 +105,13 @@ class _Pump:
         self.moved = self.in_pipe = 0
         self.ended = limit == 0
         self.stopped = False  # set by the loop to stop a thread that drives this pump
+        self.native: _State | None = None  # while splice_pump.c drives it
+
+    def stop(self) -> None:
+        """Have the thread that drives this pump return before its next move."""
+        self.stopped = True
+        if self.native is not None:
+            self.native.stopped = 1
 
     @property
     def done(self) -> bool:
@@ -152,6 +204,22 @@ def _drive(pump: _Pump, idle: float | None, stop_fd: int) -> None:
             return
 
 
+def _drive_natively(pump: _Pump, idle: float | None, stop_fd: int, drive: _NativeDrive) -> None:
+    """``_drive`` by splice_pump.c, in one call that holds no GIL; ``pump`` is brought up to
+    date from the C side's state whatever the outcome."""
+    state = pump.native
+    assert state is not None
+    try:
+        wait_ms = -1 if idle is None else math.ceil(idle * 1000)
+        outcome = drive(ctypes.pointer(state), stop_fd, wait_ms)
+    finally:
+        pump.moved, pump.in_pipe, pump.ended = state.moved, state.in_pipe, bool(state.ended)
+    if outcome == 2:
+        raise TimeoutError(f"nothing moved for {idle} s")
+    if outcome < 0:
+        raise OSError(-outcome, os.strerror(-outcome))
+
+
 async def _in_thread(pump: _Pump, idle: float | None) -> bool:
     """Drive ``pump`` to its end in a thread of its own; False (nothing done) when no thread
     could be started. Re-raises the thread's error; on cancellation stops the thread first."""
@@ -164,9 +232,19 @@ async def _in_thread(pump: _Pump, idle: float | None) -> bool:
         if not finished.done():
             finished.set_result(None)
 
+    drive = native_drive()
+    if drive is not None:
+        pump.native = _State(
+            pump.src_fd, pump.dst_fd, pump.read_end, pump.write_end, pump.capacity,
+            -1 if pump.limit is None else pump.limit, pump.moved, pump.in_pipe, pump.ended, 0,
+        )  # fmt: skip
+
     def run() -> None:
         try:
-            _drive(pump, idle, stop_read)
+            if drive is not None:
+                _drive_natively(pump, idle, stop_read, drive)
+            else:
+                _drive(pump, idle, stop_read)
         except BaseException as exc:  # handed to the coroutine, which raises it
             failure.append(exc)
         finally:
@@ -186,7 +264,8 @@ async def _in_thread(pump: _Pump, idle: float | None) -> bool:
             try:
                 await asyncio.shield(finished)
             except asyncio.CancelledError:
-                cancelled = pump.stopped = True
+                cancelled = True
+                pump.stop()
                 with contextlib.suppress(BlockingIOError):
                     os.write(stop_write, b"\0")
     finally:

@@ -46,6 +46,11 @@ _READY_POLL = 0.002  # a refused connect costs ~0.2 ms; the agent starts in ~100
 _FILE_CHUNK = 1024 * 1024
 
 
+def _attempt(remaining: float) -> httpx.Timeout:
+    """The timeout of one readiness attempt: at most a second, within what is left."""
+    return httpx.Timeout(min(remaining, 1.0))
+
+
 class AgentClient(AgentTransport):
     """Async client of one sandbox's agent.
 
@@ -77,9 +82,7 @@ class AgentClient(AgentTransport):
                     f" (last error: {last})"
                 )
             try:
-                async with self._open(
-                    "GET", "/health", timeout=httpx.Timeout(min(remaining, 1.0))
-                ) as streamed:
+                async with self._open("GET", "/health", timeout=_attempt(remaining)) as streamed:
                     response = await self._read_capped(streamed, "checking health")
             except httpx.TransportError as exc:
                 last = exc
@@ -102,6 +105,58 @@ class AgentClient(AgentTransport):
         body = json_body({"key": key, "boot_id": boot_id, "seed": seed})
         await self._call("POST", "/rekey", "giving the agent its key", **body)
         self.set_key(key)
+
+    async def rekey_when_ready(self, key: str, *, boot_id: str, seed: str, timeout: float) -> None:
+        """``rekey`` a just-restored agent as soon as it answers: the rekey (sent with the key
+        set now, the one it was checkpointed with) is retried every few milliseconds until the
+        agent takes it, so it is the readiness check too (one round trip instead of a health
+        check and then the rekey). Raises AgentUnavailable if nothing answered in ``timeout``.
+
+        A rekey that got no answer may still have reached the agent, which then holds ``key``:
+        when the key sent is refused (401), the other one is tried, and a rekey sent with
+        ``key`` itself gives the agent the key it has (agents take a rekey from whoever holds
+        their current key). Only both keys refused, with no unanswered attempt between, is an
+        error: the agent at this address holds neither."""
+        doing = "giving the agent its key"
+        body = json_body({"key": key, "boot_id": boot_id, "seed": seed})
+        # Not kept alive: a restored Go agent may never hear a second request on the first
+        # connection it accepted after the restore (seen with runsc 20240729, 2 in 6 wakes:
+        # the exec after the wake hung on it while a new connection was answered), likely
+        # the poller's wake-up lost as in the listener's case (agent/go/listener.go).
+        body["headers"]["Connection"] = "close"
+        image_key = self._key or key
+        refused: set[str | None] = set()  # keys refused since the last unanswered attempt
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AgentUnavailable(
+                    f"agent at {self.base_url} did not answer within {timeout:g} s"
+                    f" (last error: {last})"
+                )
+            try:
+                await self._call("POST", "/rekey", doing, timeout=_attempt(remaining), **body)
+            except AgentUnavailable as exc:
+                last = exc
+                refused.clear()  # it may have reached the agent: either key may be its own now
+            except AgentError as exc:
+                if exc.status != 401:
+                    raise
+                refused.add(self._key)
+                if len(refused) == 2:
+                    raise AgentError(
+                        f"{doing}: the agent at {self.base_url} refused both the key it was "
+                        "checkpointed with and its new one",
+                        code=exc.code,
+                        status=exc.status,
+                    ) from exc
+                self.set_key(key if self._key == image_key else image_key)
+                continue
+            else:
+                self.set_key(key)
+                return
+            await asyncio.sleep(_READY_POLL)
 
     # -- processes ---------------------------------------------------------------------------
 

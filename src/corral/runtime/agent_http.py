@@ -181,6 +181,9 @@ class AgentConnections:
         connection = await self._connect(connect_timeout)
         self._busy.add(connection)
         answer: Answer | None = None
+        closing = any(
+            k.lower() == "connection" and v.lower() == "close" for k, v in headers.items()
+        )
         try:
             lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host}:{self.port}"]
             lines += [f"{name}: {value}" for name, value in headers.items()]
@@ -201,7 +204,7 @@ class AgentConnections:
             yield answer
         finally:
             self._busy.discard(connection)
-            if answer is not None and answer.complete and answer.reusable:
+            if answer is not None and answer.complete and answer.reusable and not closing:
                 self._release(connection)
             else:
                 connection.close()

@@ -142,6 +142,7 @@ class AgentTransport:
         self._unary_timeout = unary_timeout
         self._fast = AgentConnections(host, port) if transport is None else None
         self._auth: dict[str, str] = {}
+        self._key: str | None = None  # the one sent (set_key)
         self.in_flight = 0
 
     async def __aenter__(self) -> Self:
@@ -162,6 +163,7 @@ class AgentTransport:
 
     def set_key(self, key: str) -> None:
         """Send ``key`` (the agent's, hex) from now on."""
+        self._key = key
         self._http.headers["Authorization"] = f"Bearer {key}"
         self._auth = {"Authorization": f"Bearer {key}"}
 

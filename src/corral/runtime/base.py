@@ -154,10 +154,12 @@ class Runtime(Protocol):
         *,
         leave_running: bool,
         defer_cleanup: bool = False,
+        durable: bool = True,
     ) -> None:
-        """Save memory and filesystem state to ``image_dir`` (created, fsynced). Without
-        ``leave_running`` the sandbox's processes are gone afterwards; ``defer_cleanup`` leaves
-        removing what they ran on (container records, disk) to a later ``cleanup``."""
+        """Save memory and filesystem state to ``image_dir`` (created; fsynced unless not
+        ``durable``: a scratch image that no restart may read). Without ``leave_running`` the
+        sandbox's processes are gone afterwards; ``defer_cleanup`` leaves removing what they ran
+        on (container records, disk) to a later ``cleanup``."""
         ...
 
     async def cleanup(self, sandbox_id: str) -> None:

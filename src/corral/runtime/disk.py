@@ -5,13 +5,14 @@ read-only template rootfs are backed by files that runsc creates in that directo
 sized root the agent moves onto (``bundle.py``, in ``root/``): everything the sandbox writes is
 bounded by the ext4 size and the template is never written. The image is made a little larger than
 the sandbox's disk (``generation.disk_headroom_mib``) so that the sized root, exactly the disk,
-fills first. No blocks are reserved for root: the whole disk is the sandbox's. Mounting with
-``-o loop`` lets the kernel free the loop device on unmount (autoclear), so there is no loop
-device to track.
+fills first. No blocks are reserved for root: the whole disk is the sandbox's. Its loop device
+is set up with autoclear (``host_mounts.py``, by system call): the kernel frees it on unmount,
+so there is no loop device to track.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from corral.timing import phase
 
 from .host_commands import CommandError, run_command
+from .host_mounts import MountFailure, mount_loop_ext4, unmount
 
 __all__ = ["DiskError", "create_disk", "disk_used_mib", "remove_disk"]
 
@@ -48,7 +50,7 @@ async def _create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
                 *("-E", "lazy_itable_init=1", str(image)),
             ]
         )
-        await run_command(["mount", "-o", "loop,noatime", str(image), str(mount_point)])
+        await asyncio.to_thread(mount_loop_ext4, image, mount_point)
     except (OSError, CommandError) as exc:
         with contextlib.suppress(DiskError):
             await remove_disk(image, mount_point)
@@ -64,12 +66,9 @@ async def remove_disk(image: Path, mount_point: Path) -> None:
 async def _remove_disk(image: Path, mount_point: Path) -> None:
     if os.path.ismount(mount_point):
         try:
-            await run_command(["umount", str(mount_point)])
-        except CommandError:
-            try:
-                await run_command(["umount", "--lazy", str(mount_point)])
-            except CommandError as exc:
-                raise DiskError(f"unmounting {mount_point}: {exc}") from exc
+            await asyncio.to_thread(unmount, mount_point)  # lazily if busy
+        except MountFailure as exc:
+            raise DiskError(str(exc)) from exc
     if os.path.ismount(mount_point):
         raise DiskError(f"unmounting {mount_point}: still mounted")
     with contextlib.suppress(FileNotFoundError):

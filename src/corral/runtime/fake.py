@@ -10,7 +10,8 @@ State machine per sandbox (anything else raises ``RuntimeFailure``)::
 Checkpoint images are real files (``checkpoint.img`` holding JSON) so tests can copy, delete or
 corrupt them. Tests steer the fake with ``fail_next`` (the next call of a verb raises, leaving
 nothing behind, like the real runtime), ``crash`` (the init exits, optionally OOM-killed) and
-``set_disk_usage``; ``calls`` records every call as ``(verb, sandbox_id)``.
+``set_disk_usage``; ``calls`` records every call as ``(verb, sandbox_id)``, ``images`` every
+checkpoint as ``(sandbox_id, durable)``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class FakeRuntime:
     def __init__(self) -> None:
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.calls: list[tuple[str, str]] = []
+        self.images: list[tuple[str, bool]] = []  # (sandbox id, durable) per checkpoint
         self._failures: dict[str, str] = {}
 
     # -- steering ------------------------------------------------------------------------------
@@ -127,6 +129,7 @@ class FakeRuntime:
         *,
         leave_running: bool,
         defer_cleanup: bool = False,
+        durable: bool = True,
     ) -> None:
         self._enter("checkpoint", sandbox_id)
         sbx = self._require("checkpoint", sandbox_id, RuntimeStatus.RUNNING)
@@ -135,7 +138,9 @@ class FakeRuntime:
             "sandbox_id": sandbox_id,
             "generation": sbx.generation,
             "disk_used_mib": sbx.disk_used_mib,
+            "durable": durable,
         }
+        self.images.append((sandbox_id, durable))
         (image_dir / IMAGE_FILE).write_text(json.dumps(image))
         if not leave_running:
             sbx.status = RuntimeStatus.STOPPED

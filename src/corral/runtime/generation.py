@@ -234,12 +234,15 @@ def fsync_tree(directory: Path) -> None:
             os.close(fd)
 
 
-def mark_image(image_dir: Path, paths: SandboxPaths, record: SandboxRecord) -> None:
+def mark_image(
+    image_dir: Path, paths: SandboxPaths, record: SandboxRecord, *, durable: bool = True
+) -> None:
     """Record in a just-written checkpoint image the layout of the generation it was taken in,
-    then make it durable (``fsync_tree``; blocking: call it in a thread)."""
+    then, if ``durable``, make it durable (``fsync_tree``; blocking: call it in a thread)."""
     if paths.tmp_lower.is_dir():
         (image_dir / TMP_ON_DISK_MARKER).touch()
     if record.disk_root_mib is not None:
         (image_dir / DISK_ROOT_MARKER).write_text(f"{record.disk_root_mib}\n")
-    with phase("image fsync"):
-        fsync_tree(image_dir)
+    if durable:
+        with phase("image fsync"):
+            fsync_tree(image_dir)

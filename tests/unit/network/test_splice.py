@@ -1,9 +1,11 @@
 """network/splice.py on loopback TCP: exact counts, the end of the source, idle timeouts, and the
-same for a bulk transfer that goes on in a thread of its own (which never outlives the copy)."""
+same for a bulk transfer that goes on in a thread of its own (which never outlives the copy),
+driven by splice_pump.c (built by scripts/setup) and by the Python loop that stands in for it."""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import socket
 import struct
@@ -80,6 +82,16 @@ async def test_nothing_moving_for_idle_seconds_is_a_timeout() -> None:
 
 def threads_of_splice() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "corral-splice"]
+
+
+@pytest.fixture(params=["native", "python"], autouse=True)
+def thread_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test runs with the bulk loop in C (which scripts/setup builds) and in Python."""
+    if request.param == "native":
+        assert splice.native_drive() is not None, f"{splice.NATIVE_LIBRARY}: run scripts/setup"
+    else:
+        monkeypatch.setattr(splice, "native_drive", lambda: None)
+    return str(request.param)
 
 
 async def test_a_bulk_transfer_goes_on_in_a_thread_and_arrives_intact() -> None:
@@ -183,5 +195,33 @@ async def test_a_threaded_copy_idle_for_idle_seconds_is_a_timeout() -> None:
     with pytest.raises(TimeoutError):
         await copying
     assert threads_of_splice() == []
+    for sock in (src_peer, src, dst, dst_peer):
+        sock.close()
+
+
+class _PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+
+# The Python loop needs the GIL for every move: that is why the C one exists.
+@pytest.mark.parametrize("thread_loop", ["native"], indirect=True)
+async def test_the_native_loop_moves_bytes_while_another_thread_holds_the_gil() -> None:
+    src_peer, src = tcp_pair()
+    dst, dst_peer = tcp_pair()
+    loop = asyncio.get_running_loop()
+    copying = asyncio.create_task(splice.copy(src, dst))
+    first = os.urandom(splice.THREAD_AFTER * 2)
+    await loop.sock_sendall(src_peer, first)
+    assert await read_all(dst_peer, len(first)) == first
+    assert len(threads_of_splice()) == 1  # in its thread, waiting for more
+    src_peer.send(b"x" * 1000)
+    # poll(2) through PyDLL keeps the GIL for the whole wait (30 s only bounds a broken build):
+    # dst_peer turns readable only if the copy moves those bytes while this thread holds it.
+    libc_holding_the_gil = ctypes.PyDLL(None)
+    waiting = _PollFd(dst_peer.fileno(), 0x001, 0)  # POLLIN
+    assert libc_holding_the_gil.poll(ctypes.byref(waiting), 1, 30_000) == 1
+    assert await read_all(dst_peer, 1000) == b"x" * 1000
+    src_peer.shutdown(socket.SHUT_WR)
+    assert await copying == len(first) + 1000
     for sock in (src_peer, src, dst, dst_peer):
         sock.close()

@@ -117,6 +117,15 @@ async def test_an_answer_left_unread_or_closing_is_not_reused(start: Start) -> N
     assert server.connections == 3
 
 
+async def test_a_request_that_says_connection_close_does_not_keep_it(start: Start) -> None:
+    server, client = await start(lambda _: fixed(b"k"))  # a server that would keep it alive
+    async with client.request("POST", "/rekey", {"Connection": "close"}) as answer:
+        assert await answer.read() == b"k"
+    assert await exchange(client) == (200, b"k")
+    assert await exchange(client) == (200, b"k")
+    assert server.connections == 2  # the second and third share one; the first was closed
+
+
 async def test_an_answer_framed_by_the_connections_end_is_read_to_it(start: Start) -> None:
     server, client = await start(lambda _: b"HTTP/1.1 200 OK\r\n\r\nall of it" + CLOSE)
     assert await exchange(client) == (200, b"all of it")

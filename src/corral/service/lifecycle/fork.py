@@ -116,7 +116,11 @@ class ForkService:
             self.live.network.build_ahead(count)
             try:
                 crash_point(self.settings, "fork:before-checkpoint")
-                await self.live.checkpoint(sandbox_id, image, leave_running=True)
+                # Not fsynced: a scratch image (the work dir is emptied at every start) that
+                # only this fork's restores read, from the page cache. A crash ends the fork
+                # whatever the image holds (reconcile removes its children), so making it
+                # durable would protect nothing.
+                await self.live.checkpoint(sandbox_id, image, leave_running=True, durable=False)
             except BaseException as exc:
                 self.live.network.build_ahead(-count)  # no child will lease a slot
                 for child in children:

@@ -15,9 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import shutil
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
 
 from corral.config import Settings
 from corral.network.base import Slot
@@ -26,6 +24,7 @@ from corral.runtime.base import Runtime, RuntimeFailure, RuntimeStatus
 from corral.service.crash import crash_point
 from corral.service.errors import CapacityExceeded, OperationFailed
 from corral.service.images import files_mib, host_free_mib, image_size_mib, parked_dir, seal_image
+from corral.service.lifecycle.background import Background
 from corral.service.model import Action, Operation, SandboxState, require_state
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.admission import Admission
@@ -63,12 +62,11 @@ class ParkService:
         self.live = live
         self.admission = admission
         self.parked_dir = parked_dir(settings)
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = Background()
 
     async def drain(self) -> None:
         """Let post-park clean-ups finish (daemon stop); they are short."""
-        if self._background:
-            await asyncio.wait(set(self._background), timeout=10)
+        await self._background.drain()
 
     async def _check_space(self, record: SandboxRecord) -> None:
         """Refuse a park whose image might not fit, before anything changes."""
@@ -139,7 +137,7 @@ class ParkService:
         # The image is safe and the record says parked: what the sandbox ran on (its stopped
         # container, its disk, its slot) goes in the background, under the sandbox's lock, so a
         # wake waits for it. A crash before then leaves nothing a restart does not clear.
-        self._in_background(self._after_park(sandbox_id, slot))
+        self._background.run(self._after_park(sandbox_id, slot))
         return record
 
     async def _after_park(self, sandbox_id: str, slot: Slot | None) -> None:
@@ -150,8 +148,3 @@ class ParkService:
                 log.error("sandbox %s: %s", sandbox_id, exc)
         if slot is not None:
             await self.live.release_slot(sandbox_id, slot)
-
-    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)

@@ -18,7 +18,8 @@ writes images to a ``.partial`` directory sealed only once complete (``images.se
     parked               no                -                  error (its image is missing)
     running              -                 no                 error (its runtime was gone)
 
-Runtime sandboxes no record owns are destroyed, scratch images removed, stale slots reaped.
+Runtime sandboxes no record owns are destroyed, scratch images and parked images no record names
+removed, stale slots reaped.
 """
 
 from __future__ import annotations
@@ -93,9 +94,23 @@ class Reconciler:
             await asyncio.to_thread(shutil.rmtree, leftover, True)
         for partial in self.parked_dir.glob("*.partial"):
             await asyncio.to_thread(shutil.rmtree, partial, True)
+        for unnamed in await asyncio.to_thread(self._unnamed_images):
+            log.warning("removing the image %s, which no sandbox names", unnamed)
+            await asyncio.to_thread(shutil.rmtree, unnamed, True)
         reap = getattr(self.live.network, "reap_stale", None)
         if reap is not None:
             await reap({i for i in (self.live.slot_index_of(s) for s in adopted) if i is not None})
+
+    def _unnamed_images(self) -> list[Path]:
+        """Images in the parked dir that no record names: a woken sandbox's whose removal (after
+        the wake answered) a stop cut short, or an import's sealed before its record was."""
+        unnamed = []
+        for entry in self.parked_dir.iterdir():
+            record = self.db.sandboxes.get(entry.name)
+            image = record.image_path if record is not None else None
+            if image is None or Path(image).resolve() != entry.resolve():
+                unnamed.append(entry)
+        return unnamed
 
     async def _reconcile_one(self, record: SandboxRecord) -> bool:
         """Settle one sandbox; True when it is running and re-adopted."""

@@ -52,6 +52,7 @@ class LifecycleService:
         """Stop watching; running sandboxes stay running and are re-adopted at the next start."""
         await self.monitor.stop()
         await self.parks.drain()
+        await self.wakes.drain()
         await self.live.close_clients()
 
     async def park(self, sandbox_id: str) -> SandboxRecord:

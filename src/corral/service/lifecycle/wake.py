@@ -2,14 +2,16 @@
 auto-wake, which makes a parked sandbox that asked for it wake on its first use.
 
 Crash safety: the wake reserves capacity and records itself (``running``/``waking``) before it
-restores; the image is removed only after the record says running. ``reconcile.py`` settles an
-interrupted wake either way. Waking a running sandbox answers it as it is.
+restores; the image is removed only after the record says running (and no longer names it), in
+the background after the answer. ``reconcile.py`` settles an interrupted wake either way and
+removes an image no record names. Waking a running sandbox answers it as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 
 from corral.config import Settings
@@ -18,6 +20,7 @@ from corral.runtime.agent_client import AgentClient
 from corral.service.crash import crash_point
 from corral.service.errors import OperationFailed
 from corral.service.images import image_complete, parked_dir, remove_parked_image
+from corral.service.lifecycle.background import Background
 from corral.service.model import Action, SandboxState, require_state
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
@@ -50,6 +53,7 @@ class WakeService:
         self.admission = admission
         self.activity = activity
         self.parked_dir = parked_dir(settings)
+        self._background = Background()
 
     async def wake(self, sandbox_id: str) -> SandboxRecord:
         """Restore a parked sandbox under its own id; waking a running one is a no-op."""
@@ -88,9 +92,23 @@ class WakeService:
                 last_active_at=time.time(),
             )
             self.activity.touch(sandbox_id)
-            await asyncio.to_thread(remove_parked_image, self.settings, image)
+            # The record says running and names no image: the image is renamed out of the way
+            # (a next park may take its name at once) and removed after the answer. A crash
+            # first leaves an image no record names, which the restart's reconcile removes.
+            aside = image.with_name(f"{image.name}.woken-{secrets.token_hex(4)}")
+            try:
+                image.rename(aside)
+            except OSError as exc:  # then removed now, before a next park may take its name
+                log.error("sandbox %s: setting its woken image aside failed: %s", sandbox_id, exc)
+                await asyncio.to_thread(remove_parked_image, self.settings, image)
+            else:
+                self._background.run(asyncio.to_thread(remove_parked_image, self.settings, aside))
             log.info("sandbox %s: woken", sandbox_id)
-            return record
+        return record
+
+    async def drain(self) -> None:
+        """Let image removals finish (daemon stop)."""
+        await self._background.drain()
 
     async def ensure_awake(self, sandbox_id: str) -> None:
         record = self.sandboxes.get(sandbox_id)

@@ -6,8 +6,9 @@ Invariants:
 - a boot's agent is waited for as long as the sandbox is alive and progressing (it used CPU in
   the last ``agent_ready_timeout``), up to ``agent_ready_limit``: a boot starved by load is
   slow, not failed; one that stopped or used no CPU for a whole window is stuck and fails;
-- a restored agent holds the key of the one that was checkpointed: ``rekey`` gives it its own key,
-  boot id and randomness before anything else is asked of it;
+- a restored agent holds the key of the one that was checkpointed: ``connect`` gives it its own
+  key, boot id and randomness before anything else is asked of it (the rekey, retried until the
+  agent answers, is also the readiness check);
 - ``translate_agent_error`` maps what a sandbox's agent reports to the service's error tree: the
   agent runs inside the sandbox and is not trusted, so only the codes it may use pass through.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from corral.config import Settings
 from corral.network.base import Slot
@@ -59,29 +60,49 @@ class AgentLinks:
             lambda _id, slot: AgentClient(slot.host_address)
         )
 
-    async def connect(self, sandbox_id: str, slot: Slot, key: str, verb: str) -> AgentClient:
-        """A client of the agent just started in ``slot``, once it answers (closed on failure)."""
+    async def connect(
+        self, sandbox_id: str, slot: Slot, key: str, verb: str, *, rekey_to: str | None = None
+    ) -> AgentClient:
+        """A client of the agent just started in ``slot``, once it answers (closed on failure).
+        ``key`` is the one the agent holds; with ``rekey_to`` (a restored agent, which holds the
+        key of the one checkpointed) the agent is given that key, a new boot id and new
+        randomness before anything else, the rekey being the readiness check too."""
         client = self.connect_agent(sandbox_id, slot)
         client.set_key(key)
         try:
-            with phase("agent ready"):
-                await self._await_agent(sandbox_id, client, verb)
+            if rekey_to is None:
+                with phase("agent ready"):
+                    await self._await_agent(sandbox_id, verb, client.wait_ready)
+            else:
+                boot_id, seed = secrets.token_hex(16), secrets.token_hex(32)
+
+                async def rekey(timeout: float) -> None:
+                    await client.rekey_when_ready(
+                        rekey_to, boot_id=boot_id, seed=seed, timeout=timeout
+                    )
+
+                with phase("agent rekey"):
+                    await self._await_agent(sandbox_id, verb, rekey)
         except BaseException:
             await client.aclose()
             raise
         return client
 
-    async def _await_agent(self, sandbox_id: str, client: AgentClient, verb: str) -> None:
-        """Wait for a booted sandbox's agent while the sandbox is alive and progressing: each
-        window of ``agent_ready_timeout`` without an answer must have used some CPU, and the
-        whole wait is at most ``agent_ready_limit``. Raise OperationFailed saying which."""
+    async def _await_agent(
+        self, sandbox_id: str, verb: str, attempt: Callable[[float], Awaitable[object]]
+    ) -> None:
+        """Wait for a booted sandbox's agent to answer ``attempt`` (which waits up to the time
+        it is given, raising AgentUnavailable if nothing answered) while the sandbox is alive
+        and progressing: each window of ``agent_ready_timeout`` without an answer must have used
+        some CPU, and the whole wait is at most ``agent_ready_limit``. Raise OperationFailed
+        saying which."""
         window = self.settings.agent_ready_timeout
         limit = max(self.settings.agent_ready_limit, window)
         started = time.monotonic()
         cpu = await self._cpu_seconds(sandbox_id)
         while True:
             try:
-                await client.wait_ready(min(window, limit - (time.monotonic() - started)))
+                await attempt(min(window, limit - (time.monotonic() - started)))
                 return
             except AgentUnavailable as exc:
                 waited = time.monotonic() - started
@@ -122,16 +143,6 @@ class AgentLinks:
         except Exception:  # a sandbox whose cgroup is not readable shows no progress
             return None
         return None if usage is None else usage.cpu_seconds
-
-    async def rekey(self, client: AgentClient, key: str) -> None:
-        """Give a restored agent its own ``key``, a new boot id and new randomness (the client is
-        closed if that fails)."""
-        try:
-            with phase("agent rekey"):
-                await client.rekey(key, boot_id=secrets.token_hex(16), seed=secrets.token_hex(32))
-        except BaseException:
-            await client.aclose()
-            raise
 
     async def finish_rekey(
         self, sandbox_id: str, client: AgentClient, key: str, image_key: str

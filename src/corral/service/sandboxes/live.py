@@ -171,11 +171,12 @@ class LiveSandboxes:
             # crash before then leaves a slot no record names, which the restart reaps.
             with phase("slot lease"):
                 slot = await self.network.lease()
-            key = old_key or self.keys.issue(record.id)
+            key = self.keys.issue(record.id)  # kept before any agent has it
             await self._run(record, rootfs, slot, env, key, image_dir)
-            client = await self.agents.connect(record.id, slot, key, verb)
-            if old_key is not None:
-                await self.agents.rekey(client, self.keys.issue(record.id))
+            if old_key is None:
+                client = await self.agents.connect(record.id, slot, key, verb)
+            else:
+                client = await self.agents.connect(record.id, slot, old_key, verb, rekey_to=key)
             self._slots[record.id] = slot
             self._clients[record.id] = client
         except BaseException as exc:
@@ -343,17 +344,23 @@ class LiveSandboxes:
         *,
         leave_running: bool,
         defer_cleanup: bool = False,
+        durable: bool = True,
     ) -> None:
         """Checkpoint a running sandbox into ``image_dir`` with its agent's key beside the memory
         (for the restore's rekey); the image is left 0600 files in 0700 dirs (it holds the
-        sandbox's memory: its secrets, its agent's key)."""
+        sandbox's memory: its secrets, its agent's key). ``durable`` (fsynced): see
+        ``Runtime.checkpoint``."""
         try:
             with phase("agent key"):
                 self.keys.put_in_image(sandbox_id, image_dir)
         except (KeyError, OSError) as exc:  # as the runtime's own failures: nothing changed
             raise RuntimeFailure(f"checkpointing sandbox {sandbox_id}: {exc}") from exc
         await self.runtime.checkpoint(
-            sandbox_id, image_dir, leave_running=leave_running, defer_cleanup=defer_cleanup
+            sandbox_id,
+            image_dir,
+            leave_running=leave_running,
+            defer_cleanup=defer_cleanup,
+            durable=durable,
         )
         with phase("image chmod"):
             await asyncio.to_thread(make_private, image_dir)

@@ -68,6 +68,8 @@ class SecretAudit:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(AUDIT_FLUSH)
+            if not (self._audit or self._used):
+                continue  # nothing to write: no trip through a worker thread every second
             try:
                 await asyncio.to_thread(self._write, *self._take())
             except Exception as exc:

@@ -86,6 +86,17 @@ async def test_fork_makes_children_that_continue_from_the_source(fakes: Fakes) -
     assert fakes.network.built_ahead == 2  # the children's slots, built during the checkpoint
 
 
+async def test_only_images_a_restart_may_read_are_made_durable(fakes: Fakes) -> None:
+    """A park's and a snapshot's image are fsynced (a restart restores from them); a fork's is
+    scratch (the work dir is emptied at every start, and a crash ends the fork anyway)."""
+    ws = fakes.workspace
+    record = await fakes.running()
+    await ws.lifecycle.fork(record.id, 2)
+    await ws.snapshots.take(record.id, "durable")
+    await ws.lifecycle.park(record.id)
+    assert fakes.runtime.images == [(record.id, False), (record.id, True), (record.id, True)]
+
+
 async def test_a_fork_that_cannot_restore_every_child_makes_none(fakes: Fakes) -> None:
     ws = fakes.workspace
     source = await fakes.running()

@@ -19,7 +19,8 @@ async def test_park_wake_fork_and_snapshot_mark_their_steps(fakes: Fakes) -> Non
     assert {"admit", "space check", "agent key", "image seal", "db commit"} <= names(park)
     with collecting() as wake:
         await ws.lifecycle.wake(record.id)
-    assert {"admit", "slot lease", "agent ready", "agent rekey", "db commit"} <= names(wake)
+    assert {"admit", "slot lease", "agent rekey", "db commit"} <= names(wake)
+    assert "agent ready" not in names(wake)  # the rekey is the restored agent's readiness check
     with collecting() as fork:
         await ws.lifecycle.fork(record.id, 3)
     counts = {name: count for name, _ms, count in fork.items()}

@@ -4,6 +4,7 @@ with a sandbox in the middle of an action, the next one starts and settles it.""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from corral.runtime.base import RuntimeStatus
 from corral.service.images import image_complete, seal_image
@@ -78,6 +79,7 @@ async def test_waking_with_a_live_runtime_settles_running_and_drops_the_image(
     kept = fakes.settings.data_dir / "kept-image"
     shutil.copytree(image, kept)
     await ws.lifecycle.wake(record.id)
+    await ws.lifecycle.wakes.drain()  # its image removed (after the answer)
     # As if the daemon died after the restore, before the record said running/done.
     shutil.copytree(kept, image)
     ws.db.sandboxes.update(record.id, operation=Operation.WAKING, image_path=image)
@@ -99,6 +101,7 @@ async def test_waking_restored_but_unrecorded_settles_parked_and_wakes_again(
     kept = fakes.settings.data_dir / "kept-image"
     shutil.copytree(image, kept)
     await ws.lifecycle.wake(record.id)
+    await ws.lifecycle.wakes.drain()  # its image removed (after the answer)
     # As if the daemon died after the restore, before the commit that ends the wake (the one
     # that records its slot): the runtime runs, the record is running/waking with no slot.
     shutil.copytree(kept, image)
@@ -139,6 +142,29 @@ async def test_waking_whose_runtime_is_gone_settles_parked(fakes: Fakes) -> None
     settled = ws.sandboxes.get(record.id)
     assert (settled.state, settled.operation) == ("parked", None)
     assert image_complete(settled.image_path)
+
+
+async def test_a_woken_sandboxs_image_left_by_a_stop_is_removed(fakes: Fakes) -> None:
+    """A wake removes its image after answering: a stop before then leaves an image no record
+    names, which the next start removes; a parked sandbox's image stays."""
+    woken, parked = await fakes.running(), await fakes.running()
+    ws = fakes.workspace
+    for record in (woken, parked):
+        await ws.lifecycle.park(record.id)
+    await ws.lifecycle.parks.drain()
+    image = ws.sandboxes.get(woken.id).image_path
+    assert image is not None
+    kept = ws.lifecycle.parked_dir / "kept-copy"
+    shutil.copytree(image, kept)
+    await ws.lifecycle.wake(woken.id)
+    await ws.lifecycle.wakes.drain()
+    kept.rename(image)  # as if the stop came before the removal
+    ws = await fakes.stop_daemon()
+    await ws.start()
+    assert not Path(image).exists()
+    assert ws.sandboxes.get(woken.id).state == "running"
+    assert image_complete(ws.sandboxes.get(parked.id).image_path)
+    assert (await ws.lifecycle.wake(parked.id)).state == "running"
 
 
 async def test_creating_is_removed(fakes: Fakes) -> None:
