@@ -214,6 +214,7 @@ func serve(ln net.Listener, agent *Agent) {
 		MaxHeaderBytes:    1 << 20,
 		ReadHeaderTimeout: 0,
 		ErrorLog:          nil,
+		ConnState:         agent.conns.track,
 	}
 	for {
 		err := server.Serve(ln)
@@ -477,6 +478,9 @@ func (q *request) rekey() error {
 		return badRequest("'seed' must be a hex string of at most 256 digits")
 	}
 	q.agent.rekey(key, bootID)
+	if closed := q.agent.conns.closeDead(); closed > 0 {
+		logf("closed %d connection(s) the checkpoint left dead", closed)
+	}
 	q.sendJSON(200, map[string]string{"boot_id": bootID})
 	return nil
 }

@@ -50,6 +50,7 @@ type Agent struct {
 	spawnGen   int64
 	reaperWake chan struct{}
 	watches    *Watches
+	conns      *connTable
 }
 
 func randomHex(n int) string {
@@ -93,6 +94,7 @@ func newAgent(environ []string, key string) *Agent {
 		defaultEnv: cleanEnv(envMap(environ)),
 		reaperWake: make(chan struct{}, 1),
 		watches:    newWatches(),
+		conns:      newConnTable(),
 	}
 }
 
