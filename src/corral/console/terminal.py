@@ -23,7 +23,6 @@ import base64
 import contextlib
 import json
 import logging
-from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
@@ -32,6 +31,7 @@ from corral.service.access import Permission, acting_as, authorize
 from corral.service.auth import principal_of
 from corral.service.console_sessions import COOKIE_NAME
 from corral.service.errors import CorralError, InvalidRequest
+from corral.service.model import ExecSpec, PtySize
 from corral.service.processes import ProcessService
 from corral.service.records import ApiKeyRecord
 from corral.service.workspace import Workspace
@@ -125,8 +125,7 @@ async def _open(websocket: WebSocket, processes: ProcessService, sandbox_id: str
             )
         await processes.resize(sandbox_id, pid, rows, cols)
         return pid
-    spec: dict[str, Any] = {"env": {}, "pty": {"rows": rows, "cols": cols}}
-    return await processes.start_pty(sandbox_id, spec)
+    return await processes.start_pty(sandbox_id, ExecSpec(env={}, pty=PtySize(rows, cols)))
 
 
 async def _bridge(

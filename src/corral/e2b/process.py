@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from corral.e2b.envd.process import process_pb as pb
 from corral.e2b.envd.process.process_connect import Process
 from corral.e2b.errors import connect_error_of, gone_message
 from corral.service.errors import CorralError
+from corral.service.model import ExecSpec, PtySize
 from corral.service.processes import ProcessService
 
 KEEPALIVE_HEADER = "keepalive-ping-interval"
@@ -192,35 +194,36 @@ class ProcessHandler(Process):
         config = request.process or pb.ProcessConfig()
         if not config.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
-        spec: dict[str, Any] = {
-            "cmd": [config.cmd, *config.args],
-            "env": dict(config.envs),
-            "cwd": config.cwd or None,
-            "user": user_of(headers),
-            "tag": request.tag,
-        }
         timeout_ms = ctx.timeout_ms
-        if timeout_ms:
-            spec["timeout"] = timeout_ms / 1000
+        spec = ExecSpec(
+            cmd=[config.cmd, *config.args],
+            env=dict(config.envs),
+            cwd=config.cwd or None,
+            user=user_of(headers),
+            tag=request.tag,
+            timeout=timeout_ms / 1000 if timeout_ms else None,
+        )
         pty = request.pty is not None
         try:
             if pty:
                 events = await self._open_terminal(sandbox_id, spec, request.pty)
             else:
-                spec["stdin"] = True if request.stdin is None else bool(request.stdin)
-                events = await self._processes.exec_stream(sandbox_id, spec)
+                stdin = True if request.stdin is None else bool(request.stdin)
+                events = await self._processes.exec_stream(
+                    sandbox_id, dataclasses.replace(spec, stdin=stdin)
+                )
         except CorralError as exc:
             raise connect_error_of(sandbox_id, exc) from exc
         async for out in with_keepalive(sandbox_id, events, keepalive_interval(headers), pty):
             yield pb.StartResponse(event=out)
 
     async def _open_terminal(
-        self, sandbox_id: str, spec: dict[str, Any], pty: pb.PTY | None
+        self, sandbox_id: str, spec: ExecSpec, pty: pb.PTY | None
     ) -> AsyncIterator[dict[str, Any]]:
         size = pty.size if pty is not None else None
         if size is None or not size.rows or not size.cols:
             raise ConnectError(Code.INVALID_ARGUMENT, "pty.size needs rows and cols above 0")
-        spec["pty"] = {"rows": size.rows, "cols": size.cols}
+        spec = dataclasses.replace(spec, pty=PtySize(size.rows, size.cols))
         pid = await self._processes.start_pty(sandbox_id, spec)
         return await self._processes.events(sandbox_id, pid, -1, True)
 

@@ -160,29 +160,46 @@ class CreateRequest:
 
 
 @dataclass(frozen=True)
+class PtySize:
+    """A terminal's size in character cells."""
+
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
 class ExecSpec:
-    """A process the daemon itself starts in a sandbox (a template's start command, a warmup,
-    a snapshot tool), as the agent's process API takes it (``to_wire``)."""
+    """A process to start in a sandbox: a caller's exec or terminal (through the API, E2B's
+    envd or the console), or one the daemon starts itself (a template's start command, a
+    warmup, a build step, a snapshot tool). ``to_wire`` is the agent's process API body.
+    ``cmd`` (argv) or ``shell`` (a ``/bin/sh -c`` string); a terminal (``pty``) takes ``cmd``
+    or neither (the login shell)."""
 
     cmd: list[str] | None = None
     shell: str | None = None
+    env: Mapping[str, str] | None = None
     cwd: str | None = None
     user: str | None = None
+    stdin: bool | None = None  # keep stdin open for later input
     tag: str | None = None
     timeout: float | None = None
     restart: bool | None = None  # restarted by the agent whenever it exits
+    pty: PtySize | None = None
 
     def to_wire(self) -> dict[str, object]:
         """The agent's JSON body: the fields that are set (the agent reads an absent field and
         a null one alike: its default)."""
-        fields = {
+        fields: dict[str, object] = {
             "cmd": self.cmd,
             "shell": self.shell,
+            "env": dict(self.env) if self.env is not None else None,
             "cwd": self.cwd,
             "user": self.user,
+            "stdin": self.stdin,
             "tag": self.tag,
             "timeout": self.timeout,
             "restart": self.restart,
+            "pty": {"rows": self.pty.rows, "cols": self.pty.cols} if self.pty else None,
         }
         return {key: value for key, value in fields.items() if value is not None}
 

@@ -6,12 +6,14 @@ sandbox's agent, checks the sandbox may be used, and translates the agent's erro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from corral.runtime.agent_client import AgentClient, AgentError
 from corral.service.errors import CorralError, InvalidRequest
 from corral.service.lifecycle.wake import WakeService
+from corral.service.model import ExecSpec
 from corral.service.sandboxes import SandboxService
 from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.agents import translate_agent_error
@@ -35,28 +37,30 @@ class ProcessService:
             return await self._sandboxes.diagnose(sandbox_id, exc)
         return translate_agent_error(sandbox_id, exc)
 
-    def _template_defaults(self, sandbox_id: str, spec: dict[str, Any]) -> None:
-        """Give the process the template's workdir and user unless it asks for others."""
+    def _template_defaults(self, sandbox_id: str, spec: ExecSpec) -> dict[str, object]:
+        """The agent's body for ``spec``, with the template's workdir and user unless it asks
+        for others."""
         workdir, user = self._sandboxes.templates.exec_defaults(sandbox_id)
-        if spec.get("cwd") is None and workdir:
-            spec["cwd"] = workdir
-        if spec.get("user") is None and user:
-            spec["user"] = user
+        if spec.cwd is None and workdir:
+            spec = dataclasses.replace(spec, cwd=workdir)
+        if spec.user is None and user:
+            spec = dataclasses.replace(spec, user=user)
+        return spec.to_wire()
 
     @staticmethod
-    def _check(spec: dict[str, Any]) -> None:
-        if (spec.get("cmd") is None) == (spec.get("shell") is None):
+    def _check(spec: ExecSpec) -> None:
+        if (spec.cmd is None) == (spec.shell is None):
             raise InvalidRequest("give exactly one of 'cmd' (argv list) and 'shell' (a string)")
 
-    async def exec_stream(self, sandbox_id: str, spec: dict[str, Any]) -> AsyncIterator[Event]:
+    async def exec_stream(self, sandbox_id: str, spec: ExecSpec) -> AsyncIterator[Event]:
         """Start a process and return its event stream; errors to start raise before streaming."""
         self._check(spec)
-        self._template_defaults(sandbox_id, spec)
+        body = self._template_defaults(sandbox_id, spec)
         client = await self._wakes.ready_agent(sandbox_id, "exec in")
         # Once the agent has sent the exit event it drops the process and its output (nothing
         # is left to reconnect to); a stream cut before that leaves it for the client's
         # reconnect by pid, and the agent's table forgets finished ones when it fills up.
-        stream = client.stream_process(spec, forget=True)
+        stream = client.stream_process(body, forget=True)
         try:
             first = await anext(stream)
         except AgentError as exc:
@@ -77,28 +81,28 @@ class ProcessService:
 
         return events()
 
-    async def start(self, sandbox_id: str, spec: dict[str, Any]) -> int:
+    async def start(self, sandbox_id: str, spec: ExecSpec) -> int:
         self._check(spec)
-        self._template_defaults(sandbox_id, spec)
+        body = self._template_defaults(sandbox_id, spec)
         client = await self._wakes.ready_agent(sandbox_id, "exec in")
         self._activity.touch(sandbox_id)
         try:
-            return await client.start_process(spec)
+            return await client.start_process(body)
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
 
-    async def start_pty(self, sandbox_id: str, spec: dict[str, Any]) -> int:
+    async def start_pty(self, sandbox_id: str, spec: ExecSpec) -> int:
         """Start a process on a new pseudo-terminal (``spec`` has ``pty: {rows, cols}``; no
         ``cmd`` means the login shell); it is then a process like the others, with a resize."""
-        if spec.get("shell") is not None or not isinstance(spec.get("pty"), dict):
+        if spec.shell is not None or spec.pty is None:
             raise InvalidRequest(
                 "a terminal takes 'cmd' (argv list, or none for the shell) and 'pty'"
             )
-        self._template_defaults(sandbox_id, spec)
+        body = self._template_defaults(sandbox_id, spec)
         client = await self._wakes.ready_agent(sandbox_id, "open a terminal in")
         self._activity.touch(sandbox_id)
         try:
-            return await client.start_process(spec)
+            return await client.start_process(body)
         except AgentError as exc:
             raise await self._error(sandbox_id, exc) from exc
 

@@ -16,23 +16,16 @@ from corral.service.errors import (
     OperationFailed,
     StateConflict,
 )
-from corral.service.model import CreateRequest, new_sandbox_id
+from corral.service.model import CreateRequest, ExecSpec, new_sandbox_id
 from corral.service.workspace import Workspace
 from tests.unit.conftest import Harness
 
 
-async def run(ws: Workspace, sandbox_id: str, **spec: object) -> tuple[int | None, bytes]:
-    body = {
-        "cmd": None,
-        "shell": None,
-        "env": {},
-        "cwd": None,
-        "user": None,
-        "stdin": False,
-        "timeout": None,
-        "tag": None,
-        **spec,
-    }
+async def run(
+    ws: Workspace, sandbox_id: str, *, cmd: list[str] | None = None, shell: str | None = None
+) -> tuple[int | None, bytes]:
+    """Exec as the API does (its body's defaults: no env, stdin closed)."""
+    body = ExecSpec(cmd=cmd, shell=shell, env={}, stdin=False)
     out = b""
     code = None
     async for event in await ws.processes.exec_stream(sandbox_id, body):

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from corral.api import schemas
 from corral.api.deps import ProcessesDep
 from corral.api.streams import NDJSON, ndjson_response
+from corral.service.model import ExecSpec, PtySize
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["processes"])
 
@@ -24,7 +25,16 @@ router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["processes"])
 async def exec_command(
     sandbox_id: str, body: schemas.ExecRequest, processes: ProcessesDep
 ) -> Response:
-    spec = body.model_dump(exclude={"background"})
+    spec = ExecSpec(
+        cmd=body.cmd,
+        shell=body.shell,
+        env=body.env,
+        cwd=body.cwd,
+        user=body.user,
+        stdin=body.stdin,
+        timeout=body.timeout,
+        tag=body.tag,
+    )
     if body.background:
         pid = await processes.start(sandbox_id, spec)
         return JSONResponse({"pid": pid}, status_code=201)
@@ -86,8 +96,14 @@ async def open_pty(
 ) -> schemas.ProcessStarted:
     """Start a command (default: the login shell) on a new terminal; its output is the
     process's events, its input the process's stdin."""
-    spec = body.model_dump(exclude={"rows", "cols"})
-    spec["pty"] = {"rows": body.rows, "cols": body.cols}
+    spec = ExecSpec(
+        cmd=body.cmd,
+        env=body.env,
+        cwd=body.cwd,
+        user=body.user,
+        tag=body.tag,
+        pty=PtySize(body.rows, body.cols),
+    )
     return schemas.ProcessStarted(pid=await processes.start_pty(sandbox_id, spec))
 
 

@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from corral.config import Settings
 from corral.images.context import ContextError, resolve_import
@@ -56,6 +56,14 @@ def _named_uploads(request: BuildRequest) -> list[str]:
     if request.base and request.base.startswith(_UPLOAD):
         named.append(request.base[len(_UPLOAD) :].partition(":")[0])
     return named
+
+
+T = TypeVar("T")
+
+
+def pick(value: T | None, fallback: T) -> T:
+    """What the request asks, else what the template inherits."""
+    return fallback if value is None else value
 
 
 class BuildService:
@@ -184,9 +192,6 @@ class BuildService:
             created_at=0.0,
         )
 
-        def pick(value: object, fallback: object) -> object:
-            return fallback if value is None else value
-
         if recipe_defaults is not None:  # a recipe's defaults, unless the request sets them
             inherited = replace(
                 inherited,
@@ -198,14 +203,14 @@ class BuildService:
         template = replace(
             inherited,
             name=name,
-            cpu=float(pick(request.cpu, inherited.cpu)),  # type: ignore[arg-type]
-            memory_mib=int(pick(request.memory_mib, inherited.memory_mib)),  # type: ignore[call-overload]
-            disk_mib=int(pick(request.disk_mib, inherited.disk_mib)),  # type: ignore[call-overload]
-            max_cpu=pick(request.max_cpu, inherited.max_cpu),  # type: ignore[arg-type]
-            max_memory_mib=pick(request.max_memory_mib, inherited.max_memory_mib),  # type: ignore[arg-type]
-            max_disk_mib=pick(request.max_disk_mib, inherited.max_disk_mib),  # type: ignore[arg-type]
-            start_cmd=pick(request.start_cmd, inherited.start_cmd),  # type: ignore[arg-type]
-            warmup=pick(request.warmup, inherited.warmup),  # type: ignore[arg-type]
+            cpu=float(pick(request.cpu, inherited.cpu)),
+            memory_mib=int(pick(request.memory_mib, inherited.memory_mib)),
+            disk_mib=int(pick(request.disk_mib, inherited.disk_mib)),
+            max_cpu=pick(request.max_cpu, inherited.max_cpu),
+            max_memory_mib=pick(request.max_memory_mib, inherited.max_memory_mib),
+            max_disk_mib=pick(request.max_disk_mib, inherited.max_disk_mib),
+            start_cmd=pick(request.start_cmd, inherited.start_cmd),
+            warmup=pick(request.warmup, inherited.warmup),
             warm=request.warm or bool(recipe_defaults and recipe_defaults.warm),
             pool=request.pool,
             owner=existing.owner if existing else access.new_owner(),
