@@ -11,15 +11,17 @@ from tests.e2e.workloads import assert_counting, read_count, start_counter, wait
 
 def test_ttl_park_idle_park_and_auto_wake(daemon: Daemon) -> None:
     with Client(daemon.url, daemon.key) as client:
-        expiring = client.create_sandbox(memory_mib=256, ttl_seconds=3, on_timeout="park")
         idle = client.create_sandbox(memory_mib=256, auto_park_idle=2, auto_wake=True)
+        # The TTL must outlast the counter's start even on a loaded host (a 3 s one ran out
+        # before it under load 10), then it parks the sandbox on its own.
+        expiring = client.create_sandbox(memory_mib=256, ttl_seconds=8, on_timeout="park")
         try:
             assert expiring.last_info.on_timeout == "park"
             start_counter(expiring)
             start_counter(idle)
             at_start = read_count(idle)
 
-            wait_until(lambda: expiring.info().state == "parked", timeout=20, what="TTL park")
+            wait_until(lambda: expiring.info().state == "parked", timeout=30, what="TTL park")
             assert expiring.info().expires_at is None  # parked for good, not killed later
             with pytest.raises(Conflict, match="parked"):
                 expiring.exec("true")  # no auto_wake: a parked sandbox says so
