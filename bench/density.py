@@ -291,7 +291,8 @@ def freezing(fleet: Fleet, args: argparse.Namespace, daemon_pid: int, running_co
     try:
         raw_ids = [raw.start_idle() for _ in range(raw_n)]
         time.sleep(3)  # as the corral ones: settled before the window
-        raw_cores = idle_cores(raw_ids, args.idle_window) * n / raw_n  # scaled to N
+        tokens = [raw.process_token(cid) for cid in raw_ids]
+        raw_cores = idle_cores(tokens, args.idle_window) * n / raw_n  # scaled to N
     finally:
         for cid in raw_ids:
             raw.delete(cid)
@@ -357,9 +358,10 @@ def running_density(
     try:
         raw_ids = [raw.start_idle() for _ in range(2)]
         time.sleep(1)
-        trees = process_trees([*fleet.live, *raw_ids])
+        raw_tokens = [raw.process_token(cid) for cid in raw_ids]
+        trees = process_trees([*fleet.live, *raw_tokens])
         ours = [memory_kib_of(trees[sid]) for sid in fleet.live]
-        theirs = [memory_kib_of(trees[cid]) for cid in raw_ids]
+        theirs = [memory_kib_of(trees[token]) for token in raw_tokens]
     finally:
         for cid in raw_ids:
             raw.delete(cid)
