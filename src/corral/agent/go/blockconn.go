@@ -214,7 +214,8 @@ func (c *blockingConn) Write(b []byte) (int, error) {
 }
 
 // Close wakes the reads and writes in progress (their descriptor is shut down and the eventfd
-// signalled); the descriptors are closed once the last of them has returned.
+// signalled); the descriptors are closed once the last of them has returned. Close counts as
+// a user while it wakes them, so that the last of them cannot close the descriptors under it.
 func (c *blockingConn) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -222,15 +223,11 @@ func (c *blockingConn) Close() error {
 		return c.opError("close", net.ErrClosed)
 	}
 	c.closed = true
-	release := c.users == 0
-	c.released = release
+	c.users++
 	c.mu.Unlock()
-	if release {
-		c.release()
-		return nil
-	}
 	syscall.Shutdown(c.fd, syscall.SHUT_RDWR)
 	c.signal()
+	c.leave()
 	return nil
 }
 
@@ -254,7 +251,7 @@ func (c *blockingConn) SetDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.readDeadline, c.writeDeadline = t, t
 	c.mu.Unlock()
-	c.signal()
+	c.wakeReader()
 	return nil
 }
 
@@ -262,8 +259,17 @@ func (c *blockingConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.readDeadline = t
 	c.mu.Unlock()
-	c.signal()
+	c.wakeReader()
 	return nil
+}
+
+// wakeReader makes a read in progress look at its deadline again (after Close, whose own
+// signal wakes it, the eventfd may already be closed and its number another file's).
+func (c *blockingConn) wakeReader() {
+	if c.enter() {
+		c.signal()
+		c.leave()
+	}
 }
 
 // SetWriteDeadline applies to the next wait of a write (no write is woken for it: the server
