@@ -100,10 +100,10 @@ class Settings(BaseSettings):
     # capacity (service/sandboxes/host_room.py), as are boots past the host's task limits or
     # the daemon's open-file limit.
     host_reserve_memory_mib: int = Field(default=512, ge=0)
-    # Which in-sandbox agent runs as every sandbox's init (docs/agent-protocol.md): "python"
-    # (src/corral/agent, on the host's interpreter) or "go" (the static binary scripts/setup
-    # builds from src/corral/agent/go). Both speak the same protocol.
-    agent: Literal["python", "go"] = "python"
+    # Which in-sandbox agent runs as every sandbox's init (docs/agent-protocol.md): "go" (the
+    # static binary scripts/setup builds from src/corral/agent/go) or "python" (src/corral/agent,
+    # on the host's interpreter). Both speak the same protocol.
+    agent: Literal["python", "go"] = "go"
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)

@@ -51,6 +51,8 @@ TMP_ON_DISK_MARKER = "corral-tmp-on-disk"
 # in the image's memory, so it restores only into a disk of that size; images without it restore
 # onto the image's root, as they were taken.
 DISK_ROOT_MARKER = "corral-disk-root"
+# The fewest host CPUs a sandbox's sentry is given (see Generations._pick_cpuset).
+MIN_SANDBOX_CPUS = 2
 
 
 class Generations:
@@ -175,11 +177,17 @@ class Generations:
             self._spares.refill()  # after the boot, not on its path
 
     def _pick_cpuset(self, cpu: float) -> str | None:
-        """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them, so that it sees that
-        many (``nproc``); None (all) when it is given as many as the host has. The cpu quota
-        still bounds its time; successive sandboxes start on successive CPUs."""
+        """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them but never fewer than
+        2; None (all) when that is as many as the host has. The cpu quota still bounds its time;
+        successive sandboxes start on successive CPUs.
+
+        Never one: runsc gives the sentry as many Go Ps (GOMAXPROCS) as the sandbox has CPUs,
+        and with one, a packet reaching a sandbox idle for 50 ms is answered 10-20 ms late and
+        posix_spawn takes twice as long (bench/idle_wakeup.py; ``--cpu-num-from-quota`` stops
+        at 2 for the same reason). What the sandbox's processes see is still ceil(cpu): the
+        agent narrows itself to that many (``CORRAL_AGENT_CPUS``, agent/cpus.py)."""
         host = sorted(os.sched_getaffinity(0))
-        count = max(1, math.ceil(cpu))
+        count = max(MIN_SANDBOX_CPUS, math.ceil(cpu))
         if count >= len(host):
             return None
         start = self._next_cpu % len(host)

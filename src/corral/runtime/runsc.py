@@ -88,7 +88,7 @@ class RunscRunner:
         # "root" only for images checkpointed before /tmp moved to the disk.
         overlay = f"{overlay_scope}:dir={overlay_dir}" if overlay_dir is not None else "none"
         flags = [f"--platform={self.options.platform}", f"--overlay2={overlay}"]
-        # The CPU count inside follows the container's cpuset, lowered further to its quota.
+        # The sentry's CPU count follows the cpuset, lowered to the quota but never below 2.
         flags.append("--cpu-num-from-quota")
         if network.netns_path:
             flags += ["--network=sandbox", "--net-disconnect-ok"]
