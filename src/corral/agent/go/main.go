@@ -4,12 +4,13 @@
 //
 // Files: main.go (start, PID 1 duties, key hand-over); the HTTP side: server.go (serving,
 // authorization, dispatch, rekey), routes_processes.go and routes_files.go (the routes),
-// apierrors.go (error answers), jsonfields.go (request fields), listener.go and conns.go (the
-// listening socket and connections across a checkpoint); the processes: table.go (the process
-// table, the reaper, restarts), spawn.go (spawning), spawnspec.go (reading a spawn request),
-// child.go (starting a child on pipes or a PTY), process.go (one process's event log and
-// followers); files.go (file operations), watch.go (inotify watches), oom.go (the sandbox's OOM
-// killer), diskroot.go (the sized root and dropping CAP_SYS_ADMIN).
+// apierrors.go (error answers), jsonfields.go (request fields), listener.go, blockconn.go and
+// conns.go (the listening socket, reading and writing a connection, connections across a
+// checkpoint); the processes: table.go (the process table, the reaper, restarts), spawn.go
+// (spawning), spawnspec.go (reading a spawn request), child.go (starting a child on pipes or a
+// PTY), process.go (one process's event log and followers); files.go (file operations),
+// watch.go (inotify watches), oom.go (the sandbox's OOM killer), diskroot.go (the sized root and
+// dropping CAP_SYS_ADMIN), cpus.go (the CPU count its processes see).
 //
 // Randomness: everything random (boot ids, upload temporaries) comes from crypto/rand, which
 // reads getrandom(2) on every call and keeps no state, so a fork of a checkpointed agent copies
@@ -100,6 +101,7 @@ func becomeSubreaper() {
 func settleRoot() {
 	disk := os.Getenv(envPrefix + "DISK_ROOT")
 	if disk == "" && !hasSysAdmin() {
+		presentCPUs(false)
 		return
 	}
 	if disk != "" {
@@ -107,6 +109,7 @@ func settleRoot() {
 			fmt.Fprintf(os.Stderr, "corral agent: root stays on the image: %v\n", err)
 		}
 	}
+	presentCPUs(true)
 	if err := dropSysAdmin(); err != nil {
 		fmt.Fprintf(os.Stderr, "corral agent: %v\n", err)
 		os.Exit(1)
