@@ -107,6 +107,11 @@ class Settings(BaseSettings):
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)
+    # The fewest host CPUs gVisor itself runs a sandbox on (its processes still see ceil(cpu),
+    # runtime/generation.py). 2: a sandbox that sat idle answers at once, but an unfrozen idle
+    # one costs about twice the host CPU and ~3 MiB more; 1: the reverse, every call after an
+    # idle spell 10-20 ms late (bench/idle_wakeup.py).
+    sandbox_min_cpus: int = Field(default=2, ge=1)
     # Boots (creates, wakes, restores) in flight at once; more wait their turn before they start,
     # so that each started one gets the CPU to bring its agent up within agent_ready_timeout
     # (0: two per host CPU).

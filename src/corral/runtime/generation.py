@@ -35,6 +35,7 @@ from .spare_disks import SpareDisks
 
 __all__ = [
     "DISK_ROOT_MARKER",
+    "MIN_SANDBOX_CPUS",
     "TMP_ON_DISK_MARKER",
     "Generations",
     "disk_headroom_mib",
@@ -68,11 +69,14 @@ class Generations:
         cgroups: SandboxCgroups,
         console_kib: int,
         spares: SpareDisks | None = None,
+        *,
+        min_cpus: int = MIN_SANDBOX_CPUS,
     ) -> None:
         self._runsc = runsc
         self._cgroups = cgroups
         self.console_kib = console_kib
         self._spares = spares
+        self.min_cpus = max(1, min_cpus)
         self._next_cpu = 0  # where the next sandbox's cpuset starts: spreads them over the host
 
     async def boot(
@@ -178,16 +182,18 @@ class Generations:
 
     def _pick_cpuset(self, cpu: float) -> str | None:
         """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them but never fewer than
-        2; None (all) when that is as many as the host has. The cpu quota still bounds its time;
-        successive sandboxes start on successive CPUs.
+        ``min_cpus`` (2 by default); None (all) when that is as many as the host has. The cpu
+        quota still bounds its time; successive sandboxes start on successive CPUs.
 
-        Never one: runsc gives the sentry as many Go Ps (GOMAXPROCS) as the sandbox has CPUs,
-        and with one, a packet reaching a sandbox idle for 50 ms is answered 10-20 ms late and
-        posix_spawn takes twice as long (bench/idle_wakeup.py; ``--cpu-num-from-quota`` stops
-        at 2 for the same reason). What the sandbox's processes see is still ceil(cpu): the
-        agent narrows itself to that many (``CORRAL_AGENT_CPUS``, agent/cpus.py)."""
+        Not one by default: runsc gives the sentry as many Go Ps (GOMAXPROCS) as the sandbox has
+        CPUs, and with one, a packet reaching a sandbox idle for 50 ms is answered 10-20 ms late
+        and posix_spawn takes longer (bench/idle_wakeup.py; ``--cpu-num-from-quota`` stops at 2
+        for the same reason). Two cost more while idle (about twice the host CPU of an unfrozen
+        idle sandbox, a few MiB): the ``sandbox_min_cpus`` setting chooses. What the sandbox's
+        processes see is ceil(cpu) either way: the agent narrows itself to that many
+        (``CORRAL_AGENT_CPUS``, agent/cpus.py)."""
         host = sorted(os.sched_getaffinity(0))
-        count = max(MIN_SANDBOX_CPUS, math.ceil(cpu))
+        count = max(self.min_cpus, math.ceil(cpu))
         if count >= len(host):
             return None
         start = self._next_cpu % len(host)

@@ -33,7 +33,7 @@ from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSp
 from .cgroups import SandboxCgroups
 from .console import ConsoleError, trim_console, unmount_console
 from .disk import DiskError, disk_used_mib, remove_disk
-from .generation import Generations, mark_image
+from .generation import MIN_SANDBOX_CPUS, Generations, mark_image
 from .host_commands import CommandError
 from .layout import SandboxPaths, SandboxRecord, is_container_of, valid_sandbox_id
 from .reaper import become_subreaper, reap_adopted_zombies
@@ -76,6 +76,7 @@ class GVisorRuntime:
         subreaper: bool = True,
         state_dir: Path | None = None,
         console_kib: int = 1024,
+        min_cpus: int = MIN_SANDBOX_CPUS,
     ) -> None:
         self.root_dir = Path(root_dir)
         self.console_kib = console_kib
@@ -95,7 +96,9 @@ class GVisorRuntime:
         )
         self._cgroups = SandboxCgroups(cgroup_parent)
         self._spares = SpareDisks(self.root_dir / ".spare-disks")
-        self._generations = Generations(self._runsc, self._cgroups, console_kib, self._spares)
+        self._generations = Generations(
+            self._runsc, self._cgroups, console_kib, self._spares, min_cpus=min_cpus
+        )
         if subreaper:
             become_subreaper()
 
