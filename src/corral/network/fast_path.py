@@ -35,26 +35,37 @@ log = logging.getLogger(__name__)
 _RULES = (("PREROUTING", QUEUE_SENT_MARK), ("FORWARD", QUEUE_ANSWER_MARK))
 
 
-def _rule(chain: str, mark: int) -> list[str]:
-    queue = str(FIRST_FLIGHT_QUEUE)
-    return [chain, "-m", "mark", "--mark", f"{mark:#x}", "-j", "NFQUEUE", "--queue-num", queue]
+def _rule(chain: str, mark: int) -> str:
+    queue = FIRST_FLIGHT_QUEUE
+    return f"-A {chain} -m mark --mark {mark:#x} -j NFQUEUE --queue-num {queue}"
 
 
 def ensure_queue_rules(slot_ns: str) -> None:
     """Write the queue's rules in ``slot_ns`` unless they are there (blocking: a worker
-    thread). Raises NetworkFailure when ``iptables-nft`` is missing or refuses."""
-    for chain, mark in _RULES:
-        base = ["ip", "netns", "exec", slot_ns, "iptables-nft", "-w", "-t", "mangle"]
-        try:
-            present = subprocess.run([*base, "-C", *_rule(chain, mark)], capture_output=True)
-            if present.returncode == 0:
-                continue
-            added = subprocess.run([*base, "-A", *_rule(chain, mark)], capture_output=True)
-        except OSError as exc:
-            raise NetworkFailure(f"writing the first-flight queue's rules: {exc}") from exc
-        if added.returncode != 0:
-            why = added.stderr.decode(errors="replace").strip()
-            raise NetworkFailure(f"writing the first-flight queue's rules in {slot_ns}: {why}")
+    thread; one process to list, one to add). Raises NetworkFailure when ``iptables-nft`` is
+    missing or refuses."""
+    base = ["ip", "netns", "exec", slot_ns]
+    try:
+        listed = subprocess.run(
+            [*base, "iptables-nft", "-w", "-t", "mangle", "-S"], capture_output=True, text=True
+        )
+        present = set(listed.stdout.splitlines()) if listed.returncode == 0 else set()
+        missing = [_rule(chain, mark) for chain, mark in _RULES]
+        missing = [rule for rule in missing if rule not in present]
+        if not missing:
+            return
+        script = "*mangle\n" + "\n".join(missing) + "\nCOMMIT\n"
+        added = subprocess.run(
+            [*base, "iptables-nft-restore", "-w", "--noflush"],
+            input=script,
+            capture_output=True,
+            text=True,
+        )
+    except OSError as exc:
+        raise NetworkFailure(f"writing the first-flight queue's rules: {exc}") from exc
+    if added.returncode != 0:
+        why = added.stderr.strip()
+        raise NetworkFailure(f"writing the first-flight queue's rules in {slot_ns}: {why}")
 
 
 @dataclass(eq=False)
