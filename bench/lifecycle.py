@@ -216,13 +216,16 @@ def main() -> None:
         type=Path,
         help="with --breakdown: also run a daemon from this checkout's src/ (before/after)",
     )
+    parser.add_argument(
+        "--no-fork", action="store_true", help="with --breakdown: leave out fork into 1 and 10"
+    )
     args = parser.parse_args()
     runs = max(1, args.runs)
     workloads = {k: v for k, v in WORKLOADS.items() if not args.workload or k in args.workload}
     if args.breakdown:
         from lifecycle_breakdown import breakdown
 
-        breakdown(runs, workloads, args.baseline_src)
+        breakdown(runs, workloads, args.baseline_src, forks=not args.no_fork)
         return
 
     reap_forever()

@@ -122,6 +122,7 @@ def measure(
     label: str,
     hold: str | None,
     runs: int,
+    fork_counts: tuple[int, ...] = (1, 10),
 ) -> tuple[list[Samples], dict[str, list[float]]]:
     """Samples of each daemon (in order) and raw runsc's, taken in turn round by round."""
     ours: list[Samples] = [defaultdict(list) for _ in daemons]
@@ -139,7 +140,7 @@ def measure(
                 for mine, (park, wake) in zip(ours, taken, strict=True):
                     mine["park"].append(park)
                     mine["wake"].append(wake)
-        for count in (1, 10):
+        for count in fork_counts:
             for i in range(runs + 1):
                 raw_took = raw_side.fork(count)
                 forks = [side.fork(count) for side in sides]
@@ -218,10 +219,14 @@ def print_measure(
 
 
 def breakdown(
-    runs: int, workloads: dict[str, str | None], baseline_src: Path | None = None
+    runs: int,
+    workloads: dict[str, str | None],
+    baseline_src: Path | None = None,
+    forks: bool = True,
 ) -> None:
     """Print the breakdown; with ``baseline_src`` (another checkout's ``src``), a second daemon
-    runs that code and is measured in the same rounds: before/after in one run."""
+    runs that code and is measured in the same rounds: before/after in one run. ``forks=False``
+    leaves out fork into 1 and 10 (most of the run's time)."""
     reap_forever()
     raw = RawRunsc()
     timing = {"CORRAL_SERVER_TIMING": "1"}
@@ -240,7 +245,8 @@ def breakdown(
                 stack.callback(api.close)
                 daemons.append((client, api))
             for label, hold in workloads.items():
-                ours, theirs = measure(daemons, raw, label, hold, runs)
+                counts = (1, 10) if forks else ()
+                ours, theirs = measure(daemons, raw, label, hold, runs, counts)
                 results.append((label, ours, theirs))
     finally:
         raw.close()
@@ -253,6 +259,6 @@ def breakdown(
     if baseline_src is not None:
         print(f"baseline: the daemon run from {baseline_src}")
     for label, ours, theirs in results:
-        for what in MEASURES:
+        for what in (m for m in MEASURES if theirs[m]):
             print_measure(label, what, [o[what] for o in ours], theirs[what], names)
         print()

@@ -100,13 +100,18 @@ class Settings(BaseSettings):
     # capacity (service/sandboxes/host_room.py), as are boots past the host's task limits or
     # the daemon's open-file limit.
     host_reserve_memory_mib: int = Field(default=512, ge=0)
-    # Which in-sandbox agent runs as every sandbox's init (docs/agent-protocol.md): "python"
-    # (src/corral/agent, on the host's interpreter) or "go" (the static binary scripts/setup
-    # builds from src/corral/agent/go). Both speak the same protocol.
-    agent: Literal["python", "go"] = "python"
+    # Which in-sandbox agent runs as every sandbox's init (docs/agent-protocol.md): "go" (the
+    # static binary scripts/setup builds from src/corral/agent/go) or "python" (src/corral/agent,
+    # on the host's interpreter). Both speak the same protocol.
+    agent: Literal["python", "go"] = "go"
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)
+    # The fewest host CPUs gVisor itself runs a sandbox on (its processes still see ceil(cpu),
+    # runtime/generation.py). 2: a sandbox that sat idle answers at once, but an unfrozen idle
+    # one costs about twice the host CPU and ~3 MiB more; 1: the reverse, every call after an
+    # idle spell 10-20 ms late (bench/idle_wakeup.py).
+    sandbox_min_cpus: int = Field(default=2, ge=1)
     # Boots (creates, wakes, restores) in flight at once; more wait their turn before they start,
     # so that each started one gets the CPU to bring its agent up within agent_ready_timeout
     # (0: two per host CPU).

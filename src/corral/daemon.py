@@ -30,6 +30,7 @@ def open_workspace(settings: Settings) -> Workspace:
         runsc=settings.runsc,
         platform=settings.runsc_platform,
         console_kib=settings.console_log_kib,
+        min_cpus=settings.sandbox_min_cpus,
     )
     uplinks: tuple[str, ...] = ()
     if settings.egress_allowed:  # forwarding and masquerade only if some mode needs them

@@ -15,6 +15,7 @@ agent through ``corral.runtime.agent_client``.
     process.py    one process: its event log, followers and exit
     spawn.py      starting a child (posix_spawn, else subprocess; PTY children by fork)
     disk_root.py  the root moved onto the sandbox's sized disk at start; CAP_SYS_ADMIN dropped
+    cpus.py       the CPU count its processes see (affinity, /sys/.../cpu/online), set at start
     files.py      paths, file operations, streamed downloads and uploads
     jsonio.py     JSON by json's C accelerator
     errors.py     ApiError and errno translation

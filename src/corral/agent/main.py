@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 
+from .cpus import present_cpus
 from .disk_root import drop_sys_admin, enter_disk_root, has_sys_admin
 from .fields import ENV_PREFIX
 from .http import Server
@@ -69,12 +70,14 @@ def settle_root() -> None:
     ends the agent: it never serves with the capability."""
     disk = os.environ.get(ENV_PREFIX + "DISK_ROOT")
     if not disk and not has_sys_admin():
+        present_cpus(dict(os.environ), bind_sysfs=False)
         return
     if disk:
         try:
             enter_disk_root(disk)
         except Exception as exc:  # any failure leaves the image's root
             print(f"corral agent: root stays on the image: {exc}", file=sys.stderr, flush=True)
+    present_cpus(dict(os.environ), bind_sysfs=True)
     drop_sys_admin()
 
 

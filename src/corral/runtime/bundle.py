@@ -21,6 +21,7 @@ with that tmpfs on top and pivots into it, then drops the capability (``agent/di
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,8 @@ _BASE_MOUNTS: list[dict[str, Any]] = [
 def _environment(spec: SandboxSpec, disk_root: DiskRoot | None) -> list[str]:
     env = {"PATH": DEFAULT_PATH, "HOME": "/root", "HOSTNAME": spec.hostname}
     env.update(dict(spec.agent.env))
+    # How many CPUs the sandbox's processes see; gVisor itself gets at least 2 (generation.py).
+    env["CORRAL_AGENT_CPUS"] = str(max(1, math.ceil(spec.resources.cpu)))
     if disk_root is not None:
         env["CORRAL_AGENT_DISK_ROOT"] = DISK_ROOT_PATH
     return [f"{k}={v}" for k, v in env.items()]
@@ -123,7 +126,7 @@ def _resources(spec: SandboxSpec, cpuset: str | None) -> dict[str, Any]:
         "period": CPU_PERIOD_US,
     }
     if cpuset:
-        cpu["cpus"] = cpuset  # runsc sizes the sandbox's CPU count (nproc) by it
+        cpu["cpus"] = cpuset  # runsc sizes the sentry's CPU count (and GOMAXPROCS) by it
     return {
         "cpu": cpu,
         "memory": {"limit": memory, "swap": memory},

@@ -22,7 +22,7 @@ from corral.timing import phase
 from .host_commands import CommandError, run_command
 from .host_mounts import MountFailure, mount_loop_ext4, unmount
 
-__all__ = ["DiskError", "create_disk", "disk_used_mib", "remove_disk"]
+__all__ = ["DiskError", "create_disk", "disk_used_mib", "format_disk", "remove_disk"]
 
 _MIB = 1024 * 1024
 
@@ -31,25 +31,37 @@ class DiskError(Exception):
     """Creating, mounting or unmounting a sandbox disk failed."""
 
 
-async def create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
-    """Make a sparse ext4 image of ``size_mib`` MiB and mount it; undo everything on failure."""
+async def create_disk(
+    image: Path, mount_point: Path, size_mib: int, *, formatted: bool = False
+) -> None:
+    """Make a sparse ext4 image of ``size_mib`` MiB (unless ``formatted``: ``image`` is one
+    already, made by ``format_disk``) and mount it; undo everything on failure."""
     with phase("disk create"):
-        await _create_disk(image, mount_point, size_mib)
+        await _create_disk(image, mount_point, size_mib, formatted)
 
 
-async def _create_disk(image: Path, mount_point: Path, size_mib: int) -> None:
+async def format_disk(image: Path, size_mib: int) -> None:
+    """Make ``image`` a sparse, empty ext4 file system of ``size_mib`` MiB (mkfs.ext4 syncs it
+    before it ends). Raises DiskError or CommandError; the caller removes a partial image."""
+    if size_mib < 8:
+        raise DiskError(f"disk of {size_mib} MiB is too small (at least 8 MiB)")
+    with open(image, "wb") as fh:
+        fh.truncate(size_mib * _MIB)
+    await run_command(
+        [
+            *("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal"),
+            *("-E", "lazy_itable_init=1", str(image)),
+        ]
+    )
+
+
+async def _create_disk(image: Path, mount_point: Path, size_mib: int, formatted: bool) -> None:
     if size_mib < 8:
         raise DiskError(f"disk of {size_mib} MiB is too small (at least 8 MiB)")
     try:
         mount_point.mkdir(parents=True, exist_ok=True)
-        with open(image, "wb") as fh:
-            fh.truncate(size_mib * _MIB)
-        await run_command(
-            [
-                *("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal"),
-                *("-E", "lazy_itable_init=1", str(image)),
-            ]
-        )
+        if not formatted:
+            await format_disk(image, size_mib)
         await asyncio.to_thread(mount_loop_ext4, image, mount_point)
     except (OSError, CommandError) as exc:
         with contextlib.suppress(DiskError):

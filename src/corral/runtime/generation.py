@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from collections.abc import Awaitable
 from pathlib import Path
 
 from corral.timing import phase
@@ -30,9 +31,11 @@ from .console import mount_console, trim_console
 from .disk import create_disk, remove_disk
 from .layout import SandboxPaths, SandboxRecord
 from .runsc import NetworkMode, RunscError, RunscRunner
+from .spare_disks import SpareDisks
 
 __all__ = [
     "DISK_ROOT_MARKER",
+    "MIN_SANDBOX_CPUS",
     "TMP_ON_DISK_MARKER",
     "Generations",
     "disk_headroom_mib",
@@ -49,6 +52,8 @@ TMP_ON_DISK_MARKER = "corral-tmp-on-disk"
 # in the image's memory, so it restores only into a disk of that size; images without it restore
 # onto the image's root, as they were taken.
 DISK_ROOT_MARKER = "corral-disk-root"
+# The fewest host CPUs a sandbox's sentry is given (see Generations._pick_cpuset).
+MIN_SANDBOX_CPUS = 2
 
 
 class Generations:
@@ -58,10 +63,20 @@ class Generations:
     console log. Successive sandboxes' cpusets start on successive host CPUs.
     """
 
-    def __init__(self, runsc: RunscRunner, cgroups: SandboxCgroups, console_kib: int) -> None:
+    def __init__(
+        self,
+        runsc: RunscRunner,
+        cgroups: SandboxCgroups,
+        console_kib: int,
+        spares: SpareDisks | None = None,
+        *,
+        min_cpus: int = MIN_SANDBOX_CPUS,
+    ) -> None:
         self._runsc = runsc
         self._cgroups = cgroups
         self.console_kib = console_kib
+        self._spares = spares
+        self.min_cpus = max(1, min_cpus)
         self._next_cpu = 0  # where the next sandbox's cpuset starts: spreads them over the host
 
     async def boot(
@@ -80,17 +95,12 @@ class Generations:
         gen = record.generation
         cleanup = [self.drop(paths, c, None) for c in stale or []]
         # A writable root takes the writes itself: no disk to back gVisor's overlay.
-        disk = (
-            ()
-            if spec.writable_root
-            else (
-                create_disk(
-                    paths.disk_image(gen),
-                    paths.disk_mount(gen),
-                    spec.resources.disk_mib + disk_headroom_mib(spec.resources.disk_mib),
-                ),
-            )
-        )
+        disk: tuple[Awaitable[None], ...] = ()
+        if not spec.writable_root:
+            size = spec.resources.disk_mib + disk_headroom_mib(spec.resources.disk_mib)
+            image = paths.disk_image(gen)
+            formatted = self._spares is not None and self._spares.take(image, size)
+            disk = (create_disk(image, paths.disk_mount(gen), size, formatted=formatted),)
         await asyncio.gather(*disk, *cleanup)
         for old_gen in paths.disk_generations():
             if old_gen != gen:
@@ -167,13 +177,23 @@ class Generations:
         memory = spec.resources.memory_mib
         limit_mib = memory + memory_headroom_mib(memory)
         self._cgroups.raise_memory_limit(cid, limit_mib * 1024 * 1024)
+        if disk and self._spares is not None:
+            self._spares.refill()  # after the boot, not on its path
 
     def _pick_cpuset(self, cpu: float) -> str | None:
-        """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them, so that it sees that
-        many (``nproc``); None (all) when it is given as many as the host has. The cpu quota
-        still bounds its time; successive sandboxes start on successive CPUs."""
+        """The host CPUs for a sandbox of ``cpu`` vCPUs: ceil(cpu) of them but never fewer than
+        ``min_cpus`` (2 by default); None (all) when that is as many as the host has. The cpu
+        quota still bounds its time; successive sandboxes start on successive CPUs.
+
+        Not one by default: runsc gives the sentry as many Go Ps (GOMAXPROCS) as the sandbox has
+        CPUs, and with one, a packet reaching a sandbox idle for 50 ms is answered 10-20 ms late
+        and posix_spawn takes longer (bench/idle_wakeup.py; ``--cpu-num-from-quota`` stops at 2
+        for the same reason). Two cost more while idle (about twice the host CPU of an unfrozen
+        idle sandbox, a few MiB): the ``sandbox_min_cpus`` setting chooses. What the sandbox's
+        processes see is ceil(cpu) either way: the agent narrows itself to that many
+        (``CORRAL_AGENT_CPUS``, agent/cpus.py)."""
         host = sorted(os.sched_getaffinity(0))
-        count = max(1, math.ceil(cpu))
+        count = max(self.min_cpus, math.ceil(cpu))
         if count >= len(host):
             return None
         start = self._next_cpu % len(host)

@@ -5,8 +5,9 @@ loop-mounted ext4 disk backing gVisor's root overlay and the sized root the agen
 ``df /`` shows the disk), and cgroups made by runsc from the OCI spec. Host layout and the state
 record: ``layout.py``; making and dropping one generation (disk, sized root, ``/tmp``, cpuset,
 config, run or restore) and the layout markers of checkpoint images: ``generation.py``; spec
-rendering: ``bundle.py``; the disk: ``disk.py``; the bounded console log: ``console.py``; the
-runsc command line: ``runsc.py``; agent injection: ``inject.py``.
+rendering: ``bundle.py``; the disk: ``disk.py``, formatted ahead by ``spare_disks.py``; the
+bounded console log: ``console.py``; the runsc command line: ``runsc.py`` (a networked boot
+starts from ``net_sysctl_hidden.py``); agent injection: ``inject.py``.
 
 Locking: none inside. The service serializes calls for one sandbox; calls for different sandboxes
 touch disjoint files (runsc locks its own state).
@@ -32,11 +33,12 @@ from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSp
 from .cgroups import SandboxCgroups
 from .console import ConsoleError, trim_console, unmount_console
 from .disk import DiskError, disk_used_mib, remove_disk
-from .generation import Generations, mark_image
+from .generation import MIN_SANDBOX_CPUS, Generations, mark_image
 from .host_commands import CommandError
 from .layout import SandboxPaths, SandboxRecord, is_container_of, valid_sandbox_id
 from .reaper import become_subreaper, reap_adopted_zombies
 from .runsc import RunscError, RunscOptions, RunscRunner
+from .spare_disks import SpareDisks
 
 __all__ = ["GVisorRuntime"]
 
@@ -74,6 +76,7 @@ class GVisorRuntime:
         subreaper: bool = True,
         state_dir: Path | None = None,
         console_kib: int = 1024,
+        min_cpus: int = MIN_SANDBOX_CPUS,
     ) -> None:
         self.root_dir = Path(root_dir)
         self.console_kib = console_kib
@@ -92,7 +95,10 @@ class GVisorRuntime:
             )
         )
         self._cgroups = SandboxCgroups(cgroup_parent)
-        self._generations = Generations(self._runsc, self._cgroups, console_kib)
+        self._spares = SpareDisks(self.root_dir / ".spare-disks")
+        self._generations = Generations(
+            self._runsc, self._cgroups, console_kib, self._spares, min_cpus=min_cpus
+        )
         if subreaper:
             become_subreaper()
 
@@ -113,6 +119,7 @@ class GVisorRuntime:
 
     def close(self) -> None:
         """At daemon stop: remove runsc's state dir if no container is left in it."""
+        self._spares.close()
         state_dir = self._runsc.options.root
         with contextlib.suppress(OSError):
             state_dir.rmdir()  # only succeeds when empty

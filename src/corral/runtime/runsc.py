@@ -11,7 +11,8 @@ Quirks handled here (DESIGN.md):
   (``corral.agent.keys``), written and closed before runsc starts, so only the init can read it;
   ``restore`` gets /dev/null (a restored agent keeps its memory and is rekeyed over the network).
 - with a network namespace, runsc refuses to start from the root netns view of /proc/sys/net
-  (gVisor issue 10704): run/restore are wrapped in ``unshare --mount`` with a tmpfs over it.
+  (gVisor issue 10704): run/restore start in a mount namespace of their own with a tmpfs over
+  it, made by system call (``net_sysctl_hidden.py``).
 - ``delete -force`` waits for the sandbox process to vanish: adopted zombies are reaped meanwhile.
 """
 
@@ -27,19 +28,11 @@ from typing import Any
 from corral.timing import phase
 
 from .host_commands import CommandError, run_command, stderr_tail
+from .net_sysctl_hidden import run_with_net_sysctl_hidden
 from .reaper import reaping
 
 __all__ = ["NetworkMode", "RunscError", "RunscOptions", "RunscRunner"]
 
-_NETNS_WRAPPER = [
-    "unshare",
-    "--mount",
-    "--propagation",
-    "private",
-    "sh",
-    "-c",
-    'mount -t tmpfs none /proc/sys/net && exec "$0" "$@"',
-]
 _NOT_FOUND_MARKERS = ("does not exist", "no such file or directory", "not found")
 
 
@@ -95,7 +88,7 @@ class RunscRunner:
         # "root" only for images checkpointed before /tmp moved to the disk.
         overlay = f"{overlay_scope}:dir={overlay_dir}" if overlay_dir is not None else "none"
         flags = [f"--platform={self.options.platform}", f"--overlay2={overlay}"]
-        # The CPU count inside follows the container's cpuset, lowered further to its quota.
+        # The sentry's CPU count follows the cpuset, lowered to the quota but never below 2.
         flags.append("--cpu-num-from-quota")
         if network.netns_path:
             flags += ["--network=sandbox", "--net-disconnect-ok"]
@@ -123,8 +116,6 @@ class RunscRunner:
         """Run a detaching verb (run/restore) with its stdout/stderr on the O_APPEND log and,
         with ``stdin_data``, its stdin on a pipe holding just that (else /dev/null)."""
         argv = self._global() + verb_args
-        if network.netns_path:
-            argv = _NETNS_WRAPPER + argv
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
         stdin = subprocess.DEVNULL
         try:
@@ -133,9 +124,14 @@ class RunscRunner:
             offset = os.fstat(fd).st_size
             try:
                 with phase(f"runsc {verb}"):
-                    await run_command(
-                        argv, stdin=stdin, stdout=fd, stderr=fd, timeout=self.options.timeout
-                    )
+                    if network.netns_path:
+                        await run_with_net_sysctl_hidden(
+                            argv, stdin=stdin, stdout=fd, stderr=fd, timeout=self.options.timeout
+                        )
+                    else:
+                        await run_command(
+                            argv, stdin=stdin, stdout=fd, stderr=fd, timeout=self.options.timeout
+                        )
             except CommandError as exc:
                 raise RunscError(_log_tail(log_path, offset) or str(exc)) from exc
         finally:

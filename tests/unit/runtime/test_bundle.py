@@ -116,6 +116,11 @@ def test_disk_root_is_a_hinted_sized_tmpfs_and_only_then_cap_sys_admin() -> None
         assert "CAP_SYS_ADMIN" not in caps
 
 
+def test_the_agent_is_told_the_cpu_count_its_processes_see() -> None:
+    env = render_config(spec(), cgroups_path="/x")["process"]["env"]
+    assert "CORRAL_AGENT_CPUS=2" in env  # ceil(1.5)
+
+
 def test_cpuset_is_set_only_when_given() -> None:
     cpu = render_config(spec(), cgroups_path="/x", cpuset="1")["linux"]["resources"]["cpu"]
     assert cpu == {"quota": 150_000, "period": 100_000, "cpus": "1"}

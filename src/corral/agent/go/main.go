@@ -5,7 +5,8 @@
 // Files: main.go (start, PID 1 duties, key hand-over), server.go (HTTP routes, errors, JSON),
 // process.go (one process's event log and followers), table.go (the process table: spawning,
 // the reaper, restarts, timeouts), files.go (file operations), watch.go (inotify watches),
-// oom.go (the sandbox's OOM killer), diskroot.go (the sized root and dropping CAP_SYS_ADMIN).
+// oom.go (the sandbox's OOM killer), diskroot.go (the sized root and dropping CAP_SYS_ADMIN),
+// cpus.go (the CPU count its processes see).
 //
 // Randomness: everything random (boot ids, upload temporaries) comes from crypto/rand, which
 // reads getrandom(2) on every call and keeps no state, so a fork of a checkpointed agent copies
@@ -96,6 +97,7 @@ func becomeSubreaper() {
 func settleRoot() {
 	disk := os.Getenv(envPrefix + "DISK_ROOT")
 	if disk == "" && !hasSysAdmin() {
+		presentCPUs(false)
 		return
 	}
 	if disk != "" {
@@ -103,6 +105,7 @@ func settleRoot() {
 			fmt.Fprintf(os.Stderr, "corral agent: root stays on the image: %v\n", err)
 		}
 	}
+	presentCPUs(true)
 	if err := dropSysAdmin(); err != nil {
 		fmt.Fprintf(os.Stderr, "corral agent: %v\n", err)
 		os.Exit(1)

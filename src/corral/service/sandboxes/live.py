@@ -219,11 +219,18 @@ class LiveSandboxes:
             raise
 
     async def _ready_slot(self, record: SandboxRecord, slot: Slot) -> None:
+        """The inner address (sandbox namespace) and the egress (rules, resolver and proxy in the
+        slot namespace; the sandbox runs only once it is done) side by side: neither reads what
+        the other writes. A failure is raised once the other has ended too."""
         with beside():  # runs beside the runtime's boot, not inside it
-            with phase("slot prepare"):
-                await self.network.prepare(slot)
-            with phase("egress attach"):  # the sandbox runs only once this is done
-                await self.policies.attach(record, slot, fresh=True)
+            results = await asyncio.gather(
+                _timed("slot prepare", self.network.prepare(slot)),
+                _timed("egress attach", self.policies.attach(record, slot, fresh=True)),
+                return_exceptions=True,
+            )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def boot_build(
         self, sandbox_id: str, rootfs: Path, resources: Resources, policy: EgressPolicy
@@ -403,3 +410,8 @@ class LiveSandboxes:
         if not self.agent_mount.tools:
             raise OperationFailed("no interpreter is injected to run snapshot tools with")
         return list(self.agent_mount.tools)
+
+
+async def _timed(name: str, work: Awaitable[None]) -> None:
+    with phase(name):
+        await work
