@@ -281,6 +281,7 @@ class RawRunsc:
     def start_idle(self) -> str:
         bundle = self._bundle(["sleep", "100000"])
         cid = f"raw{self.counter:05d}"
+        self.bundles[cid] = bundle
         subprocess.run(
             [*self._base(), "run", "-detach", "-bundle", str(bundle), cid],
             check=True,
@@ -330,6 +331,12 @@ class RawRunsc:
             stderr=subprocess.DEVNULL,
         )
         return cid, (time.perf_counter() - started) * 1000
+
+    def process_token(self, cid: str) -> str:
+        """What the command line of every host process of ``cid`` (started by ``start_idle``
+        or ``start_detached``) names: its bundle path. Not the id: runsc's gofer does not name
+        it (its memory would go uncounted), and other benches' containers may have the same id."""
+        return str(self.bundles[cid])
 
     def exec(self, cid: str, args: list[str]) -> None:
         subprocess.run([*self._base(), "exec", cid, *args], check=True, capture_output=True)

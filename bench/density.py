@@ -291,7 +291,8 @@ def freezing(fleet: Fleet, args: argparse.Namespace, daemon_pid: int, running_co
     try:
         raw_ids = [raw.start_idle() for _ in range(raw_n)]
         time.sleep(3)  # as the corral ones: settled before the window
-        raw_cores = idle_cores(raw_ids, args.idle_window) * n / raw_n  # scaled to N
+        tokens = [raw.process_token(cid) for cid in raw_ids]
+        raw_cores = idle_cores(tokens, args.idle_window) * n / raw_n  # scaled to N
     finally:
         for cid in raw_ids:
             raw.delete(cid)
@@ -341,6 +342,7 @@ def running_density(
     cores = os.cpu_count() or 1
     print(f"running: {n} idle sandboxes of {args.memory_mib} MiB, {cpu:.2f} vCPU each")
     host_before = host_cpu_busy(args.idle_window)
+    daemon_before, available_before = memory_kib_of([daemon_pid]), mem_available_mib()
     first = fleet.spawn(1, make)[0]
     unloaded = Figures("exec round trip, 1 sandbox", timed(lambda: first.exec(["true"]), 20))
     _, create_ms = ms_of(lambda: fleet.spawn(n - 1, make, tolerate=True))
@@ -357,9 +359,11 @@ def running_density(
     try:
         raw_ids = [raw.start_idle() for _ in range(2)]
         time.sleep(1)
-        trees = process_trees([*fleet.live, *raw_ids])
+        raw_tokens = [raw.process_token(cid) for cid in raw_ids]
+        trees = process_trees([*fleet.live, *raw_tokens])
         ours = [memory_kib_of(trees[sid]) for sid in fleet.live]
-        theirs = [memory_kib_of(trees[cid]) for cid in raw_ids]
+        theirs = [memory_kib_of(trees[token]) for token in raw_tokens]
+        daemon_at_n, available_at_n = memory_kib_of([daemon_pid]), mem_available_mib()
     finally:
         for cid in raw_ids:
             raw.delete(cid)
@@ -425,6 +429,12 @@ def running_density(
     print(f"{'raw runsc container (sleep), 2':44} {raw_pss:9.1f} {raw_uss:9.1f}")
     print(f"{f'corral sandbox (agent), all {n}':44} {corral_pss:9.1f} {corral_uss:9.1f}")
     print(f"{'corral beyond runsc own':44} {corral_pss - raw_pss:9.1f} {corral_uss - raw_uss:9.1f}")
+    daemon_pss, daemon_uss = ((daemon_at_n[i] - daemon_before[i]) / 1024 / n for i in (0, 1))
+    print(f"{'the daemon, growth per sandbox':44} {daemon_pss:9.2f} {daemon_uss:9.2f}")
+    # Everything the host gave (page cache of the disks, kernel memory, the memory file's pages
+    # no process maps), less what the 2 raw containers took; other load on the host counts too.
+    given = (available_before - available_at_n - 2 * raw_pss) / n
+    print(f"host MemAvailable drop per sandbox: {given:.1f} MiB (all of it, the daemon's included)")
     print()
     print(count_goal_line("idle running sandboxes", held, 300, not failures))
     verdict = "met" if not fleet.failed else f"missed ({len(fleet.failed)} failed)"

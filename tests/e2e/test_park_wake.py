@@ -71,6 +71,36 @@ def test_wake_brings_back_counter_server_and_stdin_waiter(daemon: Daemon) -> Non
         assert sbx.exec("echo still works").stdout == "still works\n"
 
 
+# Holds one keep-alive connection to the sandbox's own agent and asks it GET /health on that
+# same connection for every line read from stdin, printing the answer's status line.
+AGENT_CLIENT = """
+import socket, sys
+conn = socket.create_connection(("127.0.0.1", 49983))
+conn.settimeout(30)
+for _ in sys.stdin:
+    conn.sendall(b"GET /health HTTP/1.1\\r\\nHost: agent\\r\\n\\r\\n")
+    print(conn.recv(4096).split(b"\\r\\n")[0].decode(), flush=True)
+"""
+
+
+def test_a_connection_to_the_agent_from_inside_is_answered_after_a_wake(daemon: Daemon) -> None:
+    """A connection made inside the sandbox survives the checkpoint established, and the agent
+    (Go by default: its connections wait in ppoll, not in an epoll instance saved by the
+    checkpoint) answers the next request on it after the wake."""
+    with Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=128) as sbx:
+        client = sbx.exec_background(["python3", "-c", AGENT_CLIENT], stdin=True)
+        client.send_stdin("\n")
+        wait_until(lambda: stdout_so_far(client) == "HTTP/1.1 200 OK\n", what="first answer")
+        sbx.park()
+        sbx.wake()
+        client.send_stdin("\n")
+        wait_until(
+            lambda: stdout_so_far(client) == "HTTP/1.1 200 OK\n" * 2,
+            timeout=30,
+            what="an answer on the same connection after the wake",
+        )
+
+
 def test_five_park_wake_cycles_keep_files_and_processes(daemon: Daemon) -> None:
     with Sandbox.create(url=daemon.url, api_key=daemon.key, memory_mib=256) as sbx:
         counter = start_counter(sbx)

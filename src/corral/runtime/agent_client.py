@@ -119,10 +119,13 @@ class AgentClient(AgentTransport):
         error: the agent at this address holds neither."""
         doing = "giving the agent its key"
         body = json_body({"key": key, "boot_id": boot_id, "seed": seed})
-        # Not kept alive: a restored Go agent may never hear a second request on the first
-        # connection it accepted after the restore (seen with runsc 20240729, 2 in 6 wakes:
-        # the exec after the wake hung on it while a new connection was answered), likely
-        # the poller's wake-up lost as in the listener's case (agent/go/listener.go).
+        # Not kept alive, for Go agents checkpointed before their connections left the Go
+        # runtime's poller (agent/go/blockconn.go), which run on in old memory images: gVisor
+        # (runsc 20240729) can save an epoll ready list torn, and the first notification of the
+        # torn entry after the restore cuts the list behind it, so whatever was queued behind
+        # it (the first connection accepted after the restore) is never reported again (gVisor
+        # issue 13920, fixed by PR 14147). Such an agent answered the rekey and then never
+        # heard the next request on that connection (3 of 36 execs after 12 wakes hung).
         body["headers"]["Connection"] = "close"
         image_key = self._key or key
         refused: set[str | None] = set()  # keys refused since the last unanswered attempt

@@ -3,21 +3,20 @@ package main
 // The agent's open HTTP connections, and closing those that a checkpoint left dead.
 //
 // Why: gVisor resets every established TCP connection while it checkpoints a sandbox
-// (--net-disconnect-ok), and after the restore the Go runtime's poller is never told about
-// sockets registered with it before the checkpoint (gVisor issue 13920, listener.go). A
-// connection the daemon held when it parked, forked or snapshotted the sandbox is therefore
-// dead but never reported: the goroutine serving it waits forever, with its descriptor, its
-// buffers and, for an event stream, its follower (whose cursor then holds back the process's
-// output once the log is full, for up to followerStall per chunk). Measured before this: one to
-// two sockets more in /proc/1/fd after every few park/wake cycles, never given back.
+// (--net-disconnect-ok). Connections are read in ppoll(2) on their own threads (blockconn.go),
+// which a checkpoint interrupts and the restore restarts, so a reset connection's read fails
+// after the restore by itself, as the Python agent's recv(2) does. When connections still went
+// through the Go runtime's poller, whose registrations made before a checkpoint were never
+// reported after it (gVisor issue 13920, listener.go), a connection the daemon held when it
+// parked, forked or snapshotted the sandbox stayed dead but unreported: the goroutine serving it
+// waited forever, with its descriptor, its buffers and, for an event stream, its follower
+// (measured then: one to two sockets more in /proc/1/fd after every few park/wake cycles).
 //
-// The Python agent never had this: its threads block in recv(2), which the restore restarts and
-// which then fails on the reset connection. Here every restore is followed by the daemon's
-// POST /rekey (keys.py), so the rekey closes each tracked connection that the kernel no longer
-// holds as established (TCP_INFO's state): Close wakes the goroutine waiting in the poller
-// (without the poller having to report anything), net/http then cancels its request's context,
-// and a stream handler detaches its follower. Live connections, the rekey's own among them,
-// are left alone.
+// Kept as a second line: every restore is followed by the daemon's POST /rekey (keys.py), and
+// the rekey closes each tracked connection that the kernel no longer holds as established
+// (TCP_INFO's state): Close wakes the goroutine waiting on it, net/http then cancels its
+// request's context, and a stream handler detaches its follower. Live connections, the rekey's
+// own among them, are left alone.
 
 import (
 	"net"
@@ -73,21 +72,17 @@ func (t *connTable) closeDead() int {
 
 // tcpState is the kernel's tcpi_state of c's socket; false when it cannot be read.
 func tcpState(c net.Conn) (uint8, bool) {
-	sc, ok := c.(syscall.Conn)
+	bc, ok := c.(*blockingConn)
 	if !ok {
-		return 0, false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
 		return 0, false
 	}
 	var info [232]byte // struct tcp_info; its first byte is the state
 	size := uint32(len(info))
 	var errno syscall.Errno
-	if err := raw.Control(func(fd uintptr) {
-		_, _, errno = syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, syscall.IPPROTO_TCP, tcpInfoOpt,
-			uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&size)), 0)
-	}); err != nil || errno != 0 || size < 1 {
+	if !bc.control(func(fd int) {
+		_, _, errno = syscall.Syscall6(syscall.SYS_GETSOCKOPT, uintptr(fd), syscall.IPPROTO_TCP,
+			tcpInfoOpt, uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&size)), 0)
+	}) || errno != 0 || size < 1 {
 		return 0, false
 	}
 	return info[0], true

@@ -17,9 +17,9 @@ package main
 //
 // A blocking accept waits on the socket itself, and the restore restarts it like any other
 // interrupted system call, which is also why the Python agent (a thread blocked in accept) was
-// never affected. Accepted connections are handed to the poller: their registrations are made
-// after the restore and work. Connections from before a checkpoint are dead after it anyway (their
-// peer was the host side of the old slot).
+// never affected. Accepted connections are not handed to the poller either (blockconn.go: a
+// registration made after the restore can be lost as well). Connections from before a checkpoint
+// are dead after it anyway (their peer was the host side of the old slot).
 
 import (
 	"errors"
@@ -90,10 +90,9 @@ func (l *blockingListener) Accept() (net.Conn, error) {
 			}
 			return nil, temporaryError{os.NewSyscallError("accept4", err)}
 		}
-		file := os.NewFile(uintptr(fd), "conn")
-		conn, err := net.FileConn(file) // a dup of fd, registered with the poller
-		file.Close()
+		conn, err := newBlockingConn(fd) // never registered with the poller (blockconn.go)
 		if err != nil {
+			syscall.Close(fd)
 			return nil, temporaryError{err}
 		}
 		return conn, nil

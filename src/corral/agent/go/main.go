@@ -2,11 +2,15 @@
 // process of every sandbox, serving docs/agent-protocol.md exactly as the Python agent
 // (src/corral/agent/*.py, the reference) does.
 //
-// Files: main.go (start, PID 1 duties, key hand-over), server.go (HTTP routes, errors, JSON),
-// process.go (one process's event log and followers), table.go (the process table: spawning,
-// the reaper, restarts, timeouts), files.go (file operations), watch.go (inotify watches),
-// oom.go (the sandbox's OOM killer), diskroot.go (the sized root and dropping CAP_SYS_ADMIN),
-// cpus.go (the CPU count its processes see).
+// Files: main.go (start, PID 1 duties, key hand-over); the HTTP side: server.go (serving,
+// authorization, dispatch, rekey), routes_processes.go and routes_files.go (the routes),
+// apierrors.go (error answers), jsonfields.go (request fields), listener.go, blockconn.go and
+// conns.go (the listening socket, reading and writing a connection, connections across a
+// checkpoint); the processes: table.go (the process table, the reaper, restarts), spawn.go
+// (spawning), spawnspec.go (reading a spawn request), child.go (starting a child on pipes or a
+// PTY), process.go (one process's event log and followers); files.go (file operations),
+// watch.go (inotify watches), oom.go (the sandbox's OOM killer), diskroot.go (the sized root and
+// dropping CAP_SYS_ADMIN), cpus.go (the CPU count its processes see).
 //
 // Randomness: everything random (boot ids, upload temporaries) comes from crypto/rand, which
 // reads getrandom(2) on every call and keeps no state, so a fork of a checkpointed agent copies
