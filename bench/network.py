@@ -27,8 +27,9 @@ answers at ``bulk.bench.test``:
 
 Set-up is the time from connect() to the end of a small answer on a new connection, p50 over
 ``--runs``; throughput is one upload and one download of ``--size`` MiB on a kept-alive
-connection; each path runs ``--rounds`` times, interleaved with the others, and the medians
-are shown. Beside MiB/s it prints CPU seconds per GiB moved over the transfers: the proxy's own
+connection; each path runs ``--rounds`` times, interleaved with the others (every other round
+in the reverse order), and the medians are shown. Beside MiB/s it prints CPU seconds per GiB
+moved over the transfers: the proxy's own
 (user = Python, sys = the kernel's work for its two connections) and all of the client's, the
 server's and the proxy's together. These hardly move with the host's load, and on two saturated
 cores a proxied path's throughput ratio tends to its CPU ratio. ``cpu-wait`` says whether a path
@@ -408,8 +409,12 @@ async def main(runs: int, size_mib: int, repeats: int, only: list[str], sandboxe
                     paths |= await sandbox_paths(stack, processes, Path(tmp))
                 paths = {name: paths[name] for name in (["plain", *only] if only else paths)}
                 rounds: dict[str, list[dict]] = {name: [] for name in paths}
-                for _ in range(repeats):  # interleaved, so a busy moment hits every path alike
-                    for name, (runner, target, meter) in paths.items():
+                # Interleaved, so a busy moment hits every path alike; every other round in the
+                # reverse order, as a transfer leaves work behind (a gVisor sandbox's own clean-up
+                # after hundreds of MiB) that slows the path after it.
+                for round_ in range(repeats):
+                    order = list(paths.items())
+                    for name, (runner, target, meter) in order[:: -1 if round_ % 2 else 1]:
                         figures = await client(runner, target, runs, size, meter)
                         rounds[name].append(figures)
                 keys = ("setup_ms", "up", "down", "user", "sys", "all", "host", "wait", "idle")

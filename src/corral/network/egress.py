@@ -10,9 +10,20 @@ this table marks it (``ACCEPT_MARK``; marks never cross a namespace, so a sandbo
   secrets (``intercept``): redirect to the egress proxy) or not at all. Judging every packet,
   not only new connections, is what makes a live change cut
   established connections at once: their next packet is refused;
-- ``redirect`` (nat prerouting): ``PROXY`` packets go to the proxy's port on the slot's side;
-- ``refuse`` (forward, before the slot ruleset): what is not ``ACCEPT`` is rejected (TCP with a
-  reset, so the sandbox's socket fails at once, the rest with an ICMP error);
+  With host-name rules, TCP to the fast ports (``fast_ports``) is judged by its conntrack mark
+  instead: ``CT_ALLOWED`` forwards, ``CT_PROXIED`` goes to the proxy, ``CT_DENIED`` is
+  refused, anything else (a SYN, a first flight, a flow whose judged bytes the server has not
+  acknowledged yet) is marked ``QUEUE_SENT`` for the first-flight judge (``first_flight.py``;
+  an ``ip mangle`` rule of ``fast_path.py`` queues what carries that mark: nft 1.0.6's own
+  ``queue`` expression is not in this kernel, the xtables target is);
+- ``answers`` (forward, mangle): the server's answers of a ``CT_PENDING`` flow are marked
+  ``QUEUE_ANSWER`` (queued likewise, after de-NAT), so the judge sees when the server has
+  acknowledged the judged bytes;
+- ``redirect`` (nat prerouting): ``PROXY`` packets go to the proxy's port on the slot's side
+  (their flow is marked ``CT_PROXIED``);
+- ``refuse`` (forward, before the slot ruleset): turns the judge's verdict marks into conntrack
+  marks (``PENDING``, ``CONFIRM``, ``DENY``); what is not ``ACCEPT`` or ``PENDING`` is rejected
+  (TCP with a reset, so the sandbox's socket fails at once, the rest with an ICMP error);
 - ``uplink`` (nat postrouting): egress leaves with the slot's address, because every sandbox has
   the same inner address and the host could not route answers back to it.
 
@@ -47,14 +58,25 @@ from corral.network.policy import (
 
 __all__ = [
     "ACCEPT_MARK",
+    "CONFIRM_MARK",
+    "CT_ALLOWED",
+    "CT_DENIED",
+    "CT_PENDING",
+    "CT_PROXIED",
+    "DENY_MARK",
     "DNS_PORT",
+    "FIRST_FLIGHT_QUEUE",
     "MARK_MASK",
+    "PENDING_MARK",
     "PROXY_MARK",
+    "QUEUE_ANSWER_MARK",
+    "QUEUE_SENT_MARK",
     "EgressContext",
     "SlotEgress",
     "allows_forward",
     "apply_slot_egress",
     "enable_host_forwarding",
+    "fast_ports",
     "host_ipv4_addresses",
     "is_service_address",
     "reaches_service",
@@ -65,6 +87,19 @@ __all__ = [
 MARK_MASK = 0xFFFF0000
 ACCEPT_MARK = 0x2B8E0001
 PROXY_MARK = 0x2B8E0002
+# Set by the first-flight judge's verdicts (first_flight.py), turned into conntrack marks here.
+PENDING_MARK = 0x2B8E0003  # allowed, until the server has the judged bytes: CT_PENDING
+CONFIRM_MARK = 0x2B8E0004  # (on the server's answer) it has them: CT_ALLOWED
+DENY_MARK = 0x2B8E0005  # refused: CT_DENIED, and a reset
+# What the classify chains mark for the queue (outside the accepting range on purpose: without
+# the queue's rule such a packet is refused like any unmarked one).
+QUEUE_SENT_MARK = 0x2B8F0001
+QUEUE_ANSWER_MARK = 0x2B8F0002
+CT_ALLOWED = 0x2B8E0011
+CT_PENDING = 0x2B8E0012
+CT_DENIED = 0x2B8E0013
+CT_PROXIED = 0x2B8E0014
+FIRST_FLIGHT_QUEUE = 0
 DNS_PORT = 53
 PROXIED_PORTS = (80, 443)
 BROKERED_PORTS = (443,)
@@ -134,29 +169,49 @@ class SlotEgress:
         if policy.mode.project:
             lines += _allowing(EgressRule("project"), ctx, accept, to_proxy)
         lines.append(f"ip daddr {{ {', '.join(ctx.blocked())} }} return")
-        proxied = _proxied_ports(policy, self.intercept)
+        fast = fast_ports(policy, self.intercept)
+        if fast:
+            ports = f"tcp dport {{ {', '.join(str(port) for port in fast)} }}"
+            lines += [
+                f"{ports} ct mark {CT_ALLOWED:#010x} {accept}",
+                f"{ports} ct mark {CT_PROXIED:#010x} {to_proxy}",
+                f"{ports} ct mark {CT_DENIED:#010x} return",
+                f"{ports} meta mark set {QUEUE_SENT_MARK:#010x} return",
+            ]
+        proxied = [port for port in _proxied_ports(policy, self.intercept) if port not in fast]
         if proxied:
-            ports = ", ".join(str(port) for port in proxied)
-            lines.append(f"tcp dport {{ {ports} }} meta mark set {PROXY_MARK:#010x} return")
+            listed = ", ".join(str(port) for port in proxied)
+            lines.append(f"tcp dport {{ {listed} }} meta mark set {PROXY_MARK:#010x} return")
         if policy.mode.internet:
             lines.append(f"meta mark set {ACCEPT_MARK:#010x}")
         classify = "\n".join(f"        {line}" for line in lines)
         down = f'iifname "{self.downlink}"'
+        up = f'iifname "{self.uplink}"'
+        to_judge_answer = f"meta mark set {QUEUE_ANSWER_MARK:#010x}"
+        to_proxied, denied = f"ct mark set {CT_PROXIED:#010x}", f"ct mark set {CT_DENIED:#010x}"
         return firewall._replace_table(
             self.table_name,
             f"""\
     chain sbx_classify {{
-        type filter hook prerouting priority mangle; policy accept;
+        type filter hook prerouting priority mangle - 1; policy accept;
 {classify}
+    }}
+    chain sbx_answers {{
+        type filter hook forward priority mangle - 1; policy accept;
+        {up} ct direction reply ct mark {CT_PENDING:#010x} {to_judge_answer}
     }}
     chain sbx_proxy {{
         type nat hook prerouting priority dstnat; policy accept;
+        {down} meta mark {PROXY_MARK:#010x} {to_proxied}
         {down} meta mark {PROXY_MARK:#010x} meta l4proto tcp redirect to :{ctx.proxy_port}
     }}
     chain sbx_refuse {{
         type filter hook forward priority filter - 10; policy accept;
+        {up} meta mark {CONFIRM_MARK:#010x} ct mark set {CT_ALLOWED:#010x}
         {down} ct direction reply accept
         {down} meta mark {ACCEPT_MARK:#010x} accept
+        {down} meta mark {PENDING_MARK:#010x} ct mark set {CT_PENDING:#010x} accept
+        {down} meta mark {DENY_MARK:#010x} {denied}
         {down} meta l4proto tcp reject with tcp reset
         {down} reject with icmpx type admin-prohibited
     }}
@@ -166,6 +221,15 @@ class SlotEgress:
     }}
 """,
         )
+
+
+def fast_ports(policy: EgressPolicy, intercept: bool) -> tuple[int, ...]:
+    """The ports whose flows the first-flight judge decides while the kernel forwards them (a
+    sandbox with host-name rules): HTTP and TLS, but TLS only when the credential broker need
+    not see it (a sandbox with brokered secrets sends all its TLS to the proxy)."""
+    if not policy.has_host_rules:
+        return ()
+    return (80,) if intercept else PROXIED_PORTS
 
 
 def _proxied_ports(policy: EgressPolicy, intercept: bool) -> tuple[int, ...]:
@@ -276,12 +340,19 @@ def _matches(rule: EgressRule, ctx: EgressContext) -> list[str]:
 
 
 def apply_slot_egress(
-    slot_ns: str, egress: SlotEgress, host_side_address: str, *, forget_flows: bool = True
+    slot_ns: str,
+    egress: SlotEgress,
+    host_side_address: str,
+    *,
+    forget_flows: bool = True,
+    keep: frozenset[tuple[int, str, int]] = frozenset(),
 ) -> int:
     """Commit the egress ruleset in ``slot_ns`` (one transaction; a live change takes effect on
     the next packet of every connection), route the slot's egress to the host side, and delete
     the conntrack entries of forwarded flows the policy now forbids, so their answers stop too.
-    Returns how many flows were forgotten. Only forwarded sandbox flows are touched: deleting
+    Returns how many flows were forgotten; the flows of the fast ports are kept only when
+    ``keep`` names them (sandbox port, address, port: what the first-flight judge says the
+    policy still allows). Only forwarded sandbox flows are touched: deleting
     the entry of an allowed, redirected or host-opened connection would break its translation.
     Without ``forget_flows`` (a slot whose sandbox has not run yet: it tracks no flow) the
     conntrack table is not read (a dump costs ~12 ms even when empty).
@@ -304,7 +375,7 @@ def apply_slot_egress(
                 f"adding the default route of {slot_ns}",
                 lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=host_side_address),
             )
-        return _forget_forbidden_flows(egress) if forget_flows else 0
+        return _forget_forbidden_flows(egress, keep) if forget_flows else 0
 
     try:
         return run_in_netns(slot_ns, inside)
@@ -314,7 +385,7 @@ def apply_slot_egress(
         raise NetworkFailure(f"applying egress of {slot_ns}: {exc}") from exc
 
 
-def _forget_forbidden_flows(egress: SlotEgress) -> int:
+def _forget_forbidden_flows(egress: SlotEgress, keep: frozenset[tuple[int, str, int]]) -> int:
     """(In the slot namespace.) Delete the conntrack entries of the sandbox's forwarded flows
     (sent from the inner address, translated to the slot's address) that the policy forbids."""
     forgotten = 0
@@ -328,6 +399,8 @@ def _forget_forbidden_flows(egress: SlotEgress) -> int:
                     continue
                 protocol = _PROTOCOLS.get(orig.proto)
                 port = orig.dport if protocol else None
+                if protocol == "tcp" and (orig.sport, orig.daddr, orig.dport) in keep:
+                    continue
                 if allows_forward(
                     egress.policy, egress.context, orig.daddr, port, protocol, egress.intercept
                 ):

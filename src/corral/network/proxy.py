@@ -1,7 +1,9 @@
 """The egress proxy: the one place where a sandbox's egress is inspected.
 
-The slot's egress table redirects a sandbox's TCP 80/443 to this proxy when its policy has
-host-name rules (``egress.PROXY_MARK``). The proxy listens inside each slot namespace (so the
+The slot redirects to this proxy (``egress.PROXY_MARK``) the TCP 80/443 of a sandbox with
+host-name rules that the first-flight judge does not take (``first_flight.py``: a SYN to an
+address the resolver gave no allowed name), the TLS of a sandbox with brokered secrets, and
+connections to sandbox services. The proxy listens inside each slot namespace (so the
 listener that accepts a connection says which sandbox made it), reads the connection's first
 flight -- the HTTP request head or the TLS ClientHello, never more than ``sniff.MAX_HEAD`` bytes
 -- and takes the name from ``Host`` or SNI. It lets the connection through only when

@@ -41,6 +41,7 @@ class ResolvedNames:
         self._min_ttl = min_ttl
         self._max_ttl = max_ttl
         self._names: OrderedDict[str, dict[str, float]] = OrderedDict()
+        self._by_address: dict[str, set[str]] = {}  # may hold stale names; checked on use
 
     def record(self, name: str, addresses: Iterable[str], ttl: int) -> None:
         expiry = self._clock() + min(max(ttl, self._min_ttl), self._max_ttl)
@@ -59,6 +60,21 @@ class ResolvedNames:
         self._names[name] = entry
         while len(self._names) > self._max_names:
             self._names.popitem(last=False)
+        self._by_address.setdefault(address, set()).add(name)
+        if len(self._by_address) > 2 * self._max_names * self._max_addresses:
+            self._by_address = {}  # rebuilt from what is kept
+            for known, addresses in self._names.items():
+                for addr in addresses:
+                    self._by_address.setdefault(addr, set()).add(known)
+
+    def names_for(self, address: str) -> set[str]:
+        """The names the resolver answered ``address`` for, unexpired."""
+        now = self._clock()
+        candidates = self._by_address.get(address, set())
+        found = {n for n in candidates if self._names.get(n, {}).get(address, 0.0) > now}
+        if len(found) < len(candidates):
+            self._by_address[address] = set(found)
+        return found
 
     def addresses(self, name: str) -> set[str]:
         now = self._clock()
@@ -69,6 +85,7 @@ class ResolvedNames:
 
     def clear(self) -> None:
         self._names.clear()
+        self._by_address.clear()
 
     def export(self) -> list[tuple[str, str, float]]:
         """(name, address, seconds left) of every unexpired answer: what a fork, a restored

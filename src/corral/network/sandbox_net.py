@@ -31,7 +31,8 @@ from typing import Protocol
 from corral.network import egress, slot_plan, slots
 from corral.network.base import INNER_GATEWAY, Slot
 from corral.network.broker.intercept import Broker
-from corral.network.egress import EgressContext, SlotEgress
+from corral.network.egress import EgressContext, SlotEgress, fast_ports
+from corral.network.fast_path import FastPath
 from corral.network.policy import EgressPolicy, ProjectService
 from corral.network.proxy import EgressProxy
 from corral.network.resolver import SandboxResolver
@@ -136,6 +137,7 @@ class SlotEgressControl:
         self._internet = internet
         self._resolver = SandboxResolver(upstreams)
         self._proxy = EgressProxy(broker=wiring.broker, routes=wiring.routes)
+        self._fast = FastPath()
         self._attached: dict[str, _Attached] = {}
         self._host_addresses: tuple[str, ...] | None = None
         self._services: tuple[ProjectService, ...] = ()
@@ -169,10 +171,14 @@ class SlotEgressControl:
         ctx: EgressContext,
         sandbox_id: str,
         *,
+        box: SandboxEgress,
         forget_flows: bool = True,
     ) -> int:
         plan = self._network.plan
         layout = plan.layout(slot.index)
+        intercept = self._intercepts(sandbox_id)
+        if fast_ports(policy, intercept):  # its queue is read before the table marks for it
+            await self._fast.serve(box)
         rules = SlotEgress(
             plan.table,
             slot_plan.UPLINK,
@@ -180,7 +186,7 @@ class SlotEgressControl:
             layout.slot_address,
             policy,
             ctx,
-            intercept=self._intercepts(sandbox_id),
+            intercept=intercept,
         )
         return await asyncio.to_thread(
             egress.apply_slot_egress,
@@ -188,6 +194,7 @@ class SlotEgressControl:
             rules,
             layout.host_side_address,
             forget_flows=forget_flows,
+            keep=self._fast.keep(sandbox_id),
         )
 
     async def attach(
@@ -200,10 +207,11 @@ class SlotEgressControl:
         fresh: bool = False,
     ) -> None:
         ctx = await self._context()
-        await self._apply(slot, policy, ctx, sandbox_id, forget_flows=not fresh)
         current = self._attached.get(sandbox_id)
         if current is not None and current.slot == slot:
-            current.box.update(policy, ctx)
+            box = current.box
+            box.update(policy, ctx)
+            await self._apply(slot, policy, ctx, sandbox_id, box=box, forget_flows=not fresh)
             self._proxy.recheck(sandbox_id)
             return
         if current is not None:
@@ -213,9 +221,11 @@ class SlotEgressControl:
         if names:
             box.names.load(names)
         try:
+            await self._apply(slot, policy, ctx, sandbox_id, box=box, forget_flows=not fresh)
             await self._resolver.serve(box)
             await self._proxy.serve(box)
         except BaseException:
+            await self._fast.stop(sandbox_id)
             await self._resolver.stop(sandbox_id)
             await self._proxy.stop(sandbox_id)
             raise
@@ -227,7 +237,7 @@ class SlotEgressControl:
             return 0
         ctx = await self._context()
         attached.box.update(policy, ctx)
-        cut = await self._apply(attached.slot, policy, ctx, sandbox_id)
+        cut = await self._apply(attached.slot, policy, ctx, sandbox_id, box=attached.box)
         return cut + self._proxy.recheck(sandbox_id)
 
     def names(self, sandbox_id: str) -> Names:
@@ -242,11 +252,13 @@ class SlotEgressControl:
         if attached is None:
             return []
         names = attached.box.names.export()
+        await self._fast.stop(sandbox_id)
         await self._proxy.stop(sandbox_id)
         await self._resolver.stop(sandbox_id)
         return names
 
     async def close(self) -> None:
+        await self._fast.close()
         await self._proxy.close()
         await self._resolver.close()
         self._attached.clear()

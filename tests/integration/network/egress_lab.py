@@ -39,7 +39,8 @@ from cryptography.x509.oid import NameOID
 
 from corral.network import firewall, slot_kernel, slot_plan
 from corral.network.base import INNER_GATEWAY
-from corral.network.egress import EgressContext, SlotEgress, apply_slot_egress
+from corral.network.egress import EgressContext, SlotEgress, apply_slot_egress, fast_ports
+from corral.network.fast_path import FastPath
 from corral.network.namespaces import (
     add_veth,
     ensure_address,
@@ -165,6 +166,7 @@ class Lab:
         self.servers: list[asyncio.Server | asyncio.DatagramTransport] = []
         self.resolver = SandboxResolver([WEB], upstream_netns=self.host_ns, timeout=2.0)
         self.proxy = EgressProxy(head_timeout=3.0, connect_timeout=3.0)
+        self.fast = FastPath(timeout=3.0)
         self.sandboxes: dict[int, SandboxEgress] = {}
         self.dns_queries = 0
 
@@ -314,6 +316,8 @@ class Lab:
         sandbox = self.sandboxes[index]
         if policy is not None:
             sandbox.update(policy)
+        if fast_ports(sandbox.policy, False):
+            await self.fast.serve(sandbox)
         layout = self.plan.layout(index)
         egress = SlotEgress(
             table=self.prefix,
@@ -323,8 +327,9 @@ class Lab:
             policy=sandbox.policy,
             context=sandbox.context,
         )
+        keep = self.fast.keep(sandbox.sandbox_id)
         forgotten = await asyncio.to_thread(
-            apply_slot_egress, layout.slot_ns, egress, layout.host_side_address
+            lambda: apply_slot_egress(layout.slot_ns, egress, layout.host_side_address, keep=keep)
         )
         self.proxy.recheck(sandbox.sandbox_id)
         return forgotten
@@ -418,6 +423,7 @@ class Lab:
     # -- teardown --------------------------------------------------------------------------------
 
     async def close(self) -> None:
+        await self.fast.close()
         await self.proxy.close()
         await self.resolver.close()
         for server in self.servers:

@@ -17,7 +17,7 @@ add table inet corral_egress
 delete table inet corral_egress
 table inet corral_egress {
     chain sbx_classify {
-        type filter hook prerouting priority mangle; policy accept;
+        type filter hook prerouting priority mangle - 1; policy accept;
         iifname != "to-sbx" return
         ct direction reply return
         meta nfproto ipv6 drop
@@ -28,16 +28,27 @@ table inet corral_egress {
         ip daddr 203.0.113.9/32 meta l4proto udp meta mark set 0x2b8e0001 return
         ip daddr 10.5.0.2 meta l4proto tcp th dport 5432 meta mark set 0x2b8e0001 return
         @BLOCKED@
-        tcp dport { 80, 443 } meta mark set 0x2b8e0002 return
+        tcp dport { 80, 443 } ct mark 0x2b8e0011 meta mark set 0x2b8e0001 return
+        tcp dport { 80, 443 } ct mark 0x2b8e0014 meta mark set 0x2b8e0002 return
+        tcp dport { 80, 443 } ct mark 0x2b8e0013 return
+        tcp dport { 80, 443 } meta mark set 0x2b8f0001 return
+    }
+    chain sbx_answers {
+        type filter hook forward priority mangle - 1; policy accept;
+        iifname "to-host" ct direction reply ct mark 0x2b8e0012 meta mark set 0x2b8f0002
     }
     chain sbx_proxy {
         type nat hook prerouting priority dstnat; policy accept;
+        iifname "to-sbx" meta mark 0x2b8e0002 ct mark set 0x2b8e0014
         iifname "to-sbx" meta mark 0x2b8e0002 meta l4proto tcp redirect to :15001
     }
     chain sbx_refuse {
         type filter hook forward priority filter - 10; policy accept;
+        iifname "to-host" meta mark 0x2b8e0004 ct mark set 0x2b8e0011
         iifname "to-sbx" ct direction reply accept
         iifname "to-sbx" meta mark 0x2b8e0001 accept
+        iifname "to-sbx" meta mark 0x2b8e0003 ct mark set 0x2b8e0012 accept
+        iifname "to-sbx" meta mark 0x2b8e0005 ct mark set 0x2b8e0013
         iifname "to-sbx" meta l4proto tcp reject with tcp reset
         iifname "to-sbx" reject with icmpx type admin-prohibited
     }
@@ -94,11 +105,15 @@ def test_golden_modes(mode: str, tail: list[str]) -> None:
     assert classify_lines(egress(EgressPolicy.build(mode)).render()) == HEAD + tail
 
 
-def test_host_names_send_web_ports_to_the_proxy_after_the_blocked_ranges() -> None:
+def test_host_names_send_web_ports_to_the_first_flight_judge_after_the_blocked_ranges() -> None:
+    """Decided flows go by their conntrack mark; the rest is marked for the judge's queue."""
     lines = classify_lines(egress(EgressPolicy.build("internet", [], ["*.ads.example"])).render())
-    assert lines[-3:] == [
+    assert lines[-6:] == [
         BLOCKED,
-        "tcp dport { 80, 443 } meta mark set 0x2b8e0002 return",
+        "tcp dport { 80, 443 } ct mark 0x2b8e0011 meta mark set 0x2b8e0001 return",
+        "tcp dport { 80, 443 } ct mark 0x2b8e0014 meta mark set 0x2b8e0002 return",
+        "tcp dport { 80, 443 } ct mark 0x2b8e0013 return",
+        "tcp dport { 80, 443 } meta mark set 0x2b8f0001 return",
         "meta mark set 0x2b8e0001",
     ]
 
@@ -217,9 +232,11 @@ def test_a_brokered_sandbox_sends_tls_to_the_proxy() -> None:
     assert allows_forward(policy, CONTEXT, "198.51.100.1", 443, "tcp") is True
     assert allows_forward(policy, CONTEXT, "198.51.100.1", 443, "tcp", True) is False
     assert allows_forward(policy, CONTEXT, "198.51.100.1", 80, "tcp", True) is True
-    # Host-name rules already send both web ports there: intercept adds nothing.
+    # With host-name rules, port 80 goes to the first-flight judge and TLS still to the proxy.
     named = EgressPolicy.build("internet", ["api.example.com"], [])
-    assert "tcp dport { 80, 443 }" in replace(egress(named), intercept=True).render()
+    rendered = replace(egress(named), intercept=True).render()
+    assert "tcp dport { 80 } meta mark set 0x2b8f0001 return" in rendered
+    assert "tcp dport { 443 } meta mark set 0x2b8e0002 return" in rendered
 
 
 def test_a_sandbox_service_goes_to_the_proxy_never_forwarded() -> None:
