@@ -59,6 +59,13 @@ func newBlockingConn(fd int) (*blockingConn, error) {
 	if errno != 0 {
 		return nil, os.NewSyscallError("eventfd2", errno)
 	}
+	// As Go's net package does for every TCP connection: without it, a stream's small writes
+	// (an exec's start and exit events) wait for the ACK of the one before, which the daemon's
+	// side delays (measured: exec round trip 38 ms against 17 ms through the poller).
+	if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1); err != nil {
+		syscall.Close(int(wake))
+		return nil, os.NewSyscallError("setsockopt", err)
+	}
 	c := &blockingConn{fd: fd, wake: int(wake)}
 	c.local = sockAddr(syscall.Getsockname(fd))
 	c.remote = sockAddr(syscall.Getpeername(fd))

@@ -118,10 +118,11 @@ class ParkService:
                 )
                 raise OperationFailed(f"parking sandbox {sandbox_id} failed: {exc}") from exc
             crash_point(self.settings, "park:after-checkpoint")
-            await asyncio.to_thread(seal_image, partial, final, root=self.parked_dir)
+            # The slot's counts go with the slot: keep them in the record's totals. Read while
+            # the image is sealed (a thread each; neither touches what the other does).
+            sealing = asyncio.to_thread(seal_image, partial, final, root=self.parked_dir)
+            _, counted = await asyncio.gather(sealing, self.live.traffic(sandbox_id))
             crash_point(self.settings, "park:after-image")
-            # The slot's counts go with the slot: keep them in the record's totals.
-            counted = await self.live.traffic(sandbox_id)
             slot = await self.live.detach(sandbox_id)
             size = await asyncio.to_thread(image_size_mib, final)
             log.info("sandbox %s: parked (%d MiB image)", sandbox_id, size)
