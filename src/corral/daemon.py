@@ -9,7 +9,7 @@ Protocols (``runtime.base.Runtime``, ``network.base.Network``, ``EgressControl``
 from __future__ import annotations
 
 from corral.config import Settings
-from corral.network import egress as host_egress
+from corral.network import egress_apply as host_egress
 from corral.network.conflicts import check_subnet_free
 from corral.network.sandbox_net import EgressControl, EgressWiring, SlotEgressControl
 from corral.network.slots import SlotNetwork

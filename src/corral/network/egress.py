@@ -28,26 +28,18 @@ this table marks it (``ACCEPT_MARK``; marks never cross a namespace, so a sandbo
   the same inner address and the host could not route answers back to it.
 
 The resolver (``INNER_GATEWAY:53``) is always reachable; nothing else on the slot's side is.
-A commit is one libnftables transaction (delete + redefine), as in ``firewall``; after it, the
-conntrack entries of forwarded flows the new policy forbids are deleted (``allows_forward`` is
-the classify chain's mirror in Python), so even answers to them stop at once.
+Committing it, and deleting the conntrack entries of the flows a new policy forbids, is
+``egress_apply.py``'s (``allows_forward`` here is the classify chain's mirror in Python).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-import socket
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from pyroute2 import Conntrack
-from pyroute2.conntrack import NFCTAttrTuple
-from pyroute2.netlink.exceptions import NetlinkError
-
 from corral.network import firewall
-from corral.network.base import INNER_ADDRESS, INNER_GATEWAY, NetworkFailure
-from corral.network.namespaces import describe, open_ipr, run_in_netns, step, write_sysctl
+from corral.network.base import INNER_ADDRESS, INNER_GATEWAY
 from corral.network.policy import (
     ALWAYS_BLOCKED,
     SANDBOX_SERVICE_NET,
@@ -74,14 +66,9 @@ __all__ = [
     "EgressContext",
     "SlotEgress",
     "allows_forward",
-    "apply_slot_egress",
-    "enable_host_forwarding",
     "fast_ports",
-    "host_ipv4_addresses",
     "is_service_address",
     "reaches_service",
-    "remove_slot_egress",
-    "uplink_interfaces",
 ]
 
 MARK_MASK = 0xFFFF0000
@@ -103,7 +90,6 @@ FIRST_FLIGHT_QUEUE = 0
 DNS_PORT = 53
 PROXIED_PORTS = (80, 443)
 BROKERED_PORTS = (443,)
-_PROTOCOLS = {socket.IPPROTO_TCP: "tcp", socket.IPPROTO_UDP: "udp"}
 
 
 @dataclass(frozen=True)
@@ -334,114 +320,3 @@ def _matches(rule: EgressRule, ctx: EgressContext) -> list[str]:
     if rule.protocol is not None:
         return [f"{match} meta l4proto {rule.protocol}"]
     return [match]
-
-
-# -- applying (blocking; the caller runs these in a worker thread) -------------------------------
-
-
-def apply_slot_egress(
-    slot_ns: str,
-    egress: SlotEgress,
-    host_side_address: str,
-    *,
-    forget_flows: bool = True,
-    keep: frozenset[tuple[int, str, int]] = frozenset(),
-) -> int:
-    """Commit the egress ruleset in ``slot_ns`` (one transaction; a live change takes effect on
-    the next packet of every connection), route the slot's egress to the host side, and delete
-    the conntrack entries of forwarded flows the policy now forbids, so their answers stop too.
-    Returns how many flows were forgotten; the flows of the fast ports are kept only when
-    ``keep`` names them (sandbox port, address, port: what the first-flight judge says the
-    policy still allows). Only forwarded sandbox flows are touched: deleting
-    the entry of an allowed, redirected or host-opened connection would break its translation.
-    Without ``forget_flows`` (a slot whose sandbox has not run yet: it tracks no flow) the
-    conntrack table is not read (a dump costs ~12 ms even when empty).
-
-    The slot ruleset is re-committed in the same transaction, so a slot built by an older daemon
-    (whose slot table may lack the egress mark) is brought up to date atomically."""
-    slot_rules = firewall.SlotRules(
-        table=egress.table,
-        uplink=egress.uplink,
-        downlink=egress.downlink,
-        host_address=egress.slot_address,
-    )
-    ruleset = slot_rules.render() + egress.render()
-    ipaddress.IPv4Address(host_side_address)
-
-    def inside() -> int:
-        firewall.commit(ruleset, f"egress of slot namespace {slot_ns}")
-        with open_ipr(f"routing egress of {slot_ns}") as ipr:
-            step(
-                f"adding the default route of {slot_ns}",
-                lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=host_side_address),
-            )
-        return _forget_forbidden_flows(egress, keep) if forget_flows else 0
-
-    try:
-        return run_in_netns(slot_ns, inside)
-    except NetworkFailure:
-        raise
-    except OSError as exc:
-        raise NetworkFailure(f"applying egress of {slot_ns}: {exc}") from exc
-
-
-def _forget_forbidden_flows(egress: SlotEgress, keep: frozenset[tuple[int, str, int]]) -> int:
-    """(In the slot namespace.) Delete the conntrack entries of the sandbox's forwarded flows
-    (sent from the inner address, translated to the slot's address) that the policy forbids."""
-    forgotten = 0
-    try:
-        with Conntrack() as conntrack:
-            for entry in list(
-                conntrack.dump_entries(tuple_orig=NFCTAttrTuple(saddr=INNER_ADDRESS))
-            ):
-                orig, reply = entry.tuple_orig, entry.tuple_reply
-                if reply.daddr != egress.slot_address:
-                    continue
-                protocol = _PROTOCOLS.get(orig.proto)
-                port = orig.dport if protocol else None
-                if protocol == "tcp" and (orig.sport, orig.daddr, orig.dport) in keep:
-                    continue
-                if allows_forward(
-                    egress.policy, egress.context, orig.daddr, port, protocol, egress.intercept
-                ):
-                    continue
-                with contextlib.suppress(NetlinkError):  # gone meanwhile
-                    conntrack.delete(entry)
-                    forgotten += 1
-    except (NetlinkError, OSError) as exc:
-        raise NetworkFailure(
-            f"deleting forbidden flows of {egress.table}: {describe(exc)}"
-        ) from exc
-    return forgotten
-
-
-def remove_slot_egress(slot_ns: str, table: str) -> bool:
-    """Drop the egress table of ``slot_ns`` (the sandbox then reaches nothing again)."""
-    return run_in_netns(
-        slot_ns, lambda: firewall.delete_table(f"{table}_egress", f"egress of {slot_ns}")
-    )
-
-
-def enable_host_forwarding() -> None:
-    """Let the calling thread's namespace (the daemon's) forward IPv4 between slots and uplinks.
-    A host-wide setting: the service calls it once, when the first sandbox gets egress."""
-    write_sysctl("net/ipv4/ip_forward", "1")
-
-
-def host_ipv4_addresses() -> tuple[str, ...]:
-    """The IPv4 addresses of the calling thread's namespace (always blocked for sandboxes)."""
-    with open_ipr("listing the host's addresses") as ipr:
-        found = {addr.get_attr("IFA_ADDRESS") for addr in ipr.get_addr(family=2)}
-    return tuple(sorted(str(addr) for addr in found if addr))
-
-
-def uplink_interfaces() -> tuple[str, ...]:
-    """The interfaces of the calling namespace's IPv4 default routes (where egress leaves)."""
-    with open_ipr("finding the default routes") as ipr:
-        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
-        oifs = {
-            route.get_attr("RTA_OIF")
-            for route in ipr.get_routes(family=2)
-            if route.get_attr("RTA_DST") is None and route["dst_len"] == 0
-        }
-    return tuple(sorted(str(names[oif]) for oif in oifs if oif in names))

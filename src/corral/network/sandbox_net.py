@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from corral.network import egress, slot_plan, slots
+from corral.network import egress_apply, slot_plan, slots
 from corral.network.base import INNER_GATEWAY, Slot
 from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress, fast_ports
@@ -155,8 +155,8 @@ class SlotEgressControl:
         async with self._start_lock:
             if self._host_addresses is None:
                 if self._internet:
-                    await asyncio.to_thread(egress.enable_host_forwarding)
-                self._host_addresses = await asyncio.to_thread(egress.host_ipv4_addresses)
+                    await asyncio.to_thread(egress_apply.enable_host_forwarding)
+                self._host_addresses = await asyncio.to_thread(egress_apply.host_ipv4_addresses)
         return EgressContext(
             str(self._network.plan.subnet),
             host_addresses=self._host_addresses,
@@ -189,7 +189,7 @@ class SlotEgressControl:
             intercept=intercept,
         )
         return await asyncio.to_thread(
-            egress.apply_slot_egress,
+            egress_apply.apply_slot_egress,
             layout.slot_ns,
             rules,
             layout.host_side_address,

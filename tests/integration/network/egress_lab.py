@@ -39,7 +39,8 @@ from cryptography.x509.oid import NameOID
 
 from corral.network import firewall, slot_kernel, slot_plan
 from corral.network.base import INNER_GATEWAY
-from corral.network.egress import EgressContext, SlotEgress, apply_slot_egress, fast_ports
+from corral.network.egress import EgressContext, SlotEgress, fast_ports
+from corral.network.egress_apply import apply_slot_egress
 from corral.network.fast_path import FastPath
 from corral.network.namespaces import (
     add_veth,
@@ -295,7 +296,7 @@ class Lab:
     # -- the mechanism under test ----------------------------------------------------------------
 
     async def context(self) -> EgressContext:
-        from corral.network.egress import host_ipv4_addresses
+        from corral.network.egress_apply import host_ipv4_addresses
 
         hosts = await asyncio.to_thread(run_in_netns, self.host_ns, host_ipv4_addresses)
         return EgressContext(SLOT_SUBNET, hosts, (SERVICE,), proxy_port=15001)

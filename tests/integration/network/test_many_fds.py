@@ -47,7 +47,8 @@ def lowest_free_fd():
 SLOTS = """
 import asyncio, dataclasses
 from corral.network import SlotNetwork
-from corral.network.egress import EgressContext, SlotEgress, apply_slot_egress, remove_slot_egress
+from corral.network.egress import EgressContext, SlotEgress
+from corral.network.egress_apply import apply_slot_egress, remove_slot_egress
 from corral.network.policy import EgressPolicy
 from corral.network.slot_plan import DOWNLINK, UPLINK
 
