@@ -16,6 +16,7 @@ from e2b import (
     AsyncSandbox,
     AuthenticationException,
     CommandExitException,
+    FileNotFoundException,
     NotFoundException,
     PtySize,
     Sandbox,
@@ -27,6 +28,7 @@ from e2b.sandbox.filesystem.filesystem import FileType
 from e2b.sandbox.filesystem.watch_handle import FilesystemEvent
 
 from tests.e2e.conftest import Daemon
+from tests.e2e.workloads import wait_until
 
 ALL_TRAFFIC = "0.0.0.0/0"
 
@@ -237,6 +239,15 @@ def test_signed_urls(sbx: Sandbox) -> None:
     assert httpx.get(expired).status_code == 401
 
 
+def _count(sandbox: Sandbox) -> int:
+    """The background counter's last value (0 before its first write, or mid-write)."""
+    try:
+        text = sandbox.files.read("/tmp/count")
+    except FileNotFoundException:
+        return 0
+    return int(text) if text.strip() else 0
+
+
 def test_pause_then_connect_keeps_processes(sbx: Sandbox) -> None:
     sbx.files.write("/tmp/kept.txt", "kept")
     counter = sbx.commands.run(
@@ -245,6 +256,8 @@ def test_pause_then_connect_keeps_processes(sbx: Sandbox) -> None:
         timeout=0,
     )
     attached = sbx.commands.connect(counter.pid)
+    # Parked only once it has counted, so the count it had must come back with it.
+    before = wait_until(lambda: _count(sbx), what="the counter's first write")
     assert sbx.pause() is True
     # A stream open across the park ends (the process lives on, parked); it does not hang.
     with pytest.raises(SandboxException):
@@ -259,11 +272,9 @@ def test_pause_then_connect_keeps_processes(sbx: Sandbox) -> None:
     assert woken.get_info().state.value == "running"
     assert woken.files.read("/tmp/kept.txt") == "kept"
     assert counter.pid in {p.pid for p in woken.commands.list()}
-    first = int(woken.files.read("/tmp/count"))
-    deadline = time.monotonic() + 10
-    while int(woken.files.read("/tmp/count")) == first and time.monotonic() < deadline:
-        woken.commands.run("sleep 0.2")
-    assert int(woken.files.read("/tmp/count")) > first
+    first = _count(woken)
+    assert first >= before  # not restarted
+    wait_until(lambda: _count(woken) > first, what="the counter to go on after the wake")
     assert sbx.beta_pause() is True
     assert sbx.pause() is False  # already paused
     assert Sandbox.connect(sbx.sandbox_id).commands.run("echo back").stdout == "back\n"
