@@ -121,7 +121,8 @@ class ProcessService:
             f"sandbox {sandbox_id}: the process did not end at its {timeout:g} s timeout and the"
             f" sandbox's agent did not answer for {grace:g} s more (the sandbox is overloaded,"
             " e.g. by a fork bomb); the daemon ended this exec and asked the agent to kill the"
-            " process, which may still be running: check with `corral ps`, or kill the sandbox"
+            f" process, which may still be running (GET /v1/sandboxes/{sandbox_id}/processes"
+            f" lists them; `corral kill {sandbox_id}` ends the sandbox)"
         )
         log.warning("%s", message)
         if pid is not None:
