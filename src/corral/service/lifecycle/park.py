@@ -114,8 +114,8 @@ class ParkService:
             self.db.sandboxes.update(sandbox_id, operation=Operation.PARKING)
             crash_point(self.settings, "park:before-checkpoint")
             try:
-                await self.live.checkpoint(
-                    sandbox_id, partial, leave_running=False, defer_cleanup=True
+                await self.live.checkpoint(  # fsynced when sealed, with the marker
+                    sandbox_id, partial, leave_running=False, defer_cleanup=True, durable=False
                 )
             except RuntimeFailure as exc:
                 await asyncio.to_thread(shutil.rmtree, partial, True)
@@ -132,7 +132,9 @@ class ParkService:
             crash_point(self.settings, "park:after-checkpoint")
             # The slot's counts go with the slot: keep them in the record's totals. Read while
             # the image is sealed (a thread each; neither touches what the other does).
-            sealing = asyncio.to_thread(seal_image, partial, final, root=self.parked_dir)
+            sealing = asyncio.to_thread(
+                seal_image, partial, final, root=self.parked_dir, sync_tree=True
+            )
             _, counted = await asyncio.gather(sealing, self.live.traffic(sandbox_id))
             crash_point(self.settings, "park:after-image")
             slot = await self.live.detach(sandbox_id)
