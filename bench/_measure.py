@@ -4,6 +4,8 @@ whole process's wall and CPU time, and the verdict lines against issue 14's goal
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import subprocess
 import time
@@ -11,23 +13,122 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# kcmp(2) on x86-64 and its KCMP_VM type: do two processes share one address space (mm)?
+_SYS_KCMP, _KCMP_VM = 312, 1
 
-def memory_kib_of(pids: list[int]) -> tuple[int, int]:
-    """(PSS, USS) summed over ``pids``. PSS shares runsc's common pages among every runsc
-    process on the host (it moves with what else runs); USS counts only pages private to one
-    process (the application memory that a sandbox's stub processes share is not in it)."""
-    pss = uss = 0
+# The roles of a runsc sandbox's host processes, in the order the benches print them.
+ROLES = ("sentry", "gofer", "app: largest space", "app: other spaces", "other")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _same_address_space(a: int, b: int) -> bool:
+    return bool(_libc().syscall(_SYS_KCMP, a, b, _KCMP_VM, 0, 0) == 0)
+
+
+def address_spaces(pids: list[int]) -> list[list[int]]:
+    """``pids`` grouped by address space. systrap runs each application address space in stub
+    processes of its own, several per space when the application has several threads (clone
+    with CLONE_VM, without CLONE_THREAD: separate pids), and /proc/PID/smaps of each reports
+    the whole shared space: summed per process, one space counts once per stub."""
+    groups: list[list[int]] = []
     for pid in pids:
+        for group in groups:
+            if _same_address_space(group[0], pid):
+                group.append(pid)
+                break
+        else:
+            groups.append([pid])
+    return groups
+
+
+def _rollup_kib(pid: int) -> tuple[int, int]:
+    pss = uss = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key == "Pss":
+            pss += int(rest.split()[0])
+        elif key in ("Private_Clean", "Private_Dirty"):
+            uss += int(rest.split()[0])
+    return pss, uss
+
+
+def _role(pid: int) -> str:
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    if b"boot" in argv:
+        return "sentry"
+    if b"gofer" in argv:
+        return "gofer"
+    return "app" if Path(f"/proc/{pid}/comm").read_text().strip() == "exe" else "other"
+
+
+def memory_by_role(pids: list[int]) -> dict[str, tuple[int, int]]:
+    """(PSS, USS) in KiB of a sandbox's host processes by role (``ROLES``), each address space
+    counted once: runsc's sentry (``boot``), its gofer, the stub address space with the most PSS
+    (the init's: corral's agent or raw runsc's ``sleep``), the other stub spaces, and anything
+    else. PSS shares runsc's common pages among every runsc process on the host (it moves with
+    what else runs); USS counts only pages private to one space. Neither counts the pages of the
+    sentry's memory file that no process maps, kernel memory, or page cache nobody maps."""
+    figures = dict.fromkeys(ROLES, (0, 0))
+    apps: list[tuple[int, int]] = []
+    for group in address_spaces(pids):
         try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                key, _, rest = line.partition(":")
-                if key == "Pss":
-                    pss += int(rest.split()[0])
-                elif key in ("Private_Clean", "Private_Dirty"):
-                    uss += int(rest.split()[0])
+            role, kib = _role(group[0]), _rollup_kib(group[0])
         except OSError:
             continue
-    return pss, uss
+        if role == "app":
+            apps.append(kib)
+        else:
+            figures[role] = (figures[role][0] + kib[0], figures[role][1] + kib[1])
+    apps.sort(reverse=True)
+    if apps:
+        figures["app: largest space"] = apps[0]
+        rest = apps[1:]
+        figures["app: other spaces"] = (sum(k[0] for k in rest), sum(k[1] for k in rest))
+    return figures
+
+
+def memory_kib_of(pids: list[int]) -> tuple[int, int]:
+    """(PSS, USS) in KiB summed over ``pids``, each address space once (``memory_by_role``)."""
+    figures = memory_by_role(pids).values()
+    return sum(f[0] for f in figures), sum(f[1] for f in figures)
+
+
+def memory_table(
+    corral: list[dict[str, tuple[int, int]]], raw: list[dict[str, tuple[int, int]]]
+) -> tuple[list[str], float, float]:
+    """The lines of a per-role table (``memory_by_role`` of each sandbox, means in MiB) of
+    corral beside raw runsc, and corral's (PSS, USS) beyond raw in total."""
+
+    def mean(of: list[dict[str, tuple[int, int]]], role: str, i: int) -> float:
+        return sum(f[role][i] for f in of) / max(1, len(of)) / 1024
+
+    head = f"{'host processes, MiB (mean)':26}"
+    lines = [
+        head
+        + "".join(
+            f"{h:>11}"
+            for h in ("corral PSS", "raw PSS", "beyond", "corral USS", "raw USS", "beyond")
+        )
+    ]
+    totals = [0.0] * 4
+    for role in (*ROLES, "total"):
+        if role == "total":
+            row = totals
+        else:
+            row = [
+                mean(corral, role, 0),
+                mean(raw, role, 0),
+                mean(corral, role, 1),
+                mean(raw, role, 1),
+            ]
+            totals = [t + r for t, r in zip(totals, row, strict=True)]
+        cells = (row[0], row[1], row[0] - row[1], row[2], row[3], row[2] - row[3])
+        lines.append(f"{role:26}" + "".join(f"{c:11.2f}" for c in cells))
+    return lines, totals[0] - totals[1], totals[2] - totals[3]
 
 
 def process_children() -> dict[int, list[int]]:

@@ -55,7 +55,9 @@ from _measure import (
     goal_line,
     host_cpu_busy,
     mem_available_mib,
+    memory_by_role,
     memory_kib_of,
+    memory_table,
     process_cpu_s,
     process_trees,
 )
@@ -361,8 +363,8 @@ def running_density(
         time.sleep(1)
         raw_tokens = [raw.process_token(cid) for cid in raw_ids]
         trees = process_trees([*fleet.live, *raw_tokens])
-        ours = [memory_kib_of(trees[sid]) for sid in fleet.live]
-        theirs = [memory_kib_of(trees[token]) for token in raw_tokens]
+        ours = [memory_by_role(trees[sid]) for sid in fleet.live]
+        theirs = [memory_by_role(trees[token]) for token in raw_tokens]
         daemon_at_n, available_at_n = memory_kib_of([daemon_pid]), mem_available_mib()
     finally:
         for cid in raw_ids:
@@ -384,11 +386,10 @@ def running_density(
                 failures.append(f"{sbx.id}: {exc}")
     loaded = Figures(f"exec round trip, into each of {n}", samples)
 
-    def mean_mib(values: list[tuple[int, int]], i: int) -> float:
-        return sum(v[i] for v in values) / max(1, len(values)) / 1024
+    def mean_mib(values: list[dict[str, tuple[int, int]]], i: int) -> float:
+        return sum(f[i] for v in values for f in v.values()) / max(1, len(values)) / 1024
 
-    corral_pss, corral_uss = mean_mib(ours, 0), mean_mib(ours, 1)
-    raw_pss, raw_uss = mean_mib(theirs, 0), mean_mib(theirs, 1)
+    corral_pss, raw_pss = mean_mib(ours, 0), mean_mib(theirs, 0)
     per_sandbox_core = sandboxes_cores * 100 / n
     print(
         f"created {held - 1} more in {create_ms / 1000:.1f} s ({CONCURRENCY} at a time);"
@@ -425,10 +426,11 @@ def running_density(
     if frozen_early:
         print(f"  (warning: {frozen_early} froze during this window; raise --freeze-after)")
     print()
-    print(f"{'idle sandbox, host processes (mean)':44} {'PSS MiB':>9} {'USS MiB':>9}")
-    print(f"{'raw runsc container (sleep), 2':44} {raw_pss:9.1f} {raw_uss:9.1f}")
-    print(f"{f'corral sandbox (agent), all {n}':44} {corral_pss:9.1f} {corral_uss:9.1f}")
-    print(f"{'corral beyond runsc own':44} {corral_pss - raw_pss:9.1f} {corral_uss - raw_uss:9.1f}")
+    print(
+        f"idle sandboxes (agent), all {n}, beside 2 idle raw runsc containers (sleep),"
+        " each address space once"
+    )
+    print("\n".join(memory_table(ours, theirs)[0]))
     daemon_pss, daemon_uss = ((daemon_at_n[i] - daemon_before[i]) / 1024 / n for i in (0, 1))
     print(f"{'the daemon, growth per sandbox':44} {daemon_pss:9.2f} {daemon_uss:9.2f}")
     # Everything the host gave (page cache of the disks, kernel memory, the memory file's pages

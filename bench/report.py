@@ -51,6 +51,11 @@ BENCHES: dict[str, tuple[list[str], list[str], int]] = {
         ["--count", "4", "--parked", "3", "--idle-window", "3"],
         1800,
     ),
+    "density_steady": (
+        ["--count", "300"],
+        ["--count", "3", "--sample", "3", "--alone-runs", "2", "--idle-window", "3"],
+        1800,
+    ),
 }
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import BASE_ROOTFS, Figures, RawRunsc, private_daemon, report
-from _measure import goal_line, memory_kib_of, pids_matching, ratio_goal_line
+from _measure import goal_line, memory_by_role, memory_table, pids_matching, ratio_goal_line
 from floor import spawn_floor
 
 from corral import Sandbox
@@ -96,19 +96,20 @@ def main() -> None:
             # Memory while both have run the same commands (the floor below runs a Python loop
             # in the corral sandbox only, whose pages would be counted as the sandbox's own).
             time.sleep(1)
-            raw_pss, raw_uss = memory_kib_of(pids_matching(raw.process_token(cid)))
-            corral_pss, corral_uss = memory_kib_of(pids_matching(sbx.id))
+            raw_memory = memory_by_role(pids_matching(raw.process_token(cid)))
+            corral_memory = memory_by_role(pids_matching(sbx.id))
             floor = spawn_floor(sbx, max(50, args.runs * 5))
             sbx.kill()
             raw.delete(cid)
         report([(created, raw_run), (exec_rt, raw_exec)])
         print(f"{floor.name:44} {floor.p50:9.2f} {floor.p99:9.2f} {'(floor)':>10}")
         print()
-        print(f"{'idle sandbox, host processes':44} {'PSS MiB':>9} {'USS MiB':>9}")
-        print(f"{'raw runsc container (sleep)':44} {raw_pss / 1024:9.1f} {raw_uss / 1024:9.1f}")
-        print(f"{'corral sandbox (agent)':44} {corral_pss / 1024:9.1f} {corral_uss / 1024:9.1f}")
-        beyond_pss, beyond_uss = (corral_pss - raw_pss) / 1024, (corral_uss - raw_uss) / 1024
-        print(f"{'corral beyond runsc own':44} {beyond_pss:9.1f} {beyond_uss:9.1f}")
+        print(
+            "idle sandbox (agent) beside an idle raw runsc container (sleep),"
+            " each address space once"
+        )
+        lines, beyond_pss, _ = memory_table([corral_memory], [raw_memory])
+        print("\n".join(lines))
         print()
         print(ratio_goal_line("cold create → first output", created.p50, raw_run.p50, 1.3, "raw"))
         floor_plus = floor.p50 + 3

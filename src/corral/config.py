@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)
+    # The agent ends a process at its exec timeout; when the agent itself cannot (a fork bomb
+    # starves it of CPU inside gVisor), the daemon ends the exec's stream this much later with
+    # ``timed_out`` and asks the agent to kill the process once it can (service/processes.py).
+    exec_timeout_grace_seconds: float = Field(default=10.0, gt=0)
     # The fewest host CPUs gVisor itself runs a sandbox on (its processes still see ceil(cpu),
     # runtime/generation.py). 2: a sandbox that sat idle answers at once, but an unfrozen idle
     # one costs about twice the host CPU and ~3 MiB more; 1: the reverse, every call after an

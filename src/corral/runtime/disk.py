@@ -45,14 +45,18 @@ async def format_disk(image: Path, size_mib: int) -> None:
     before it ends). Raises DiskError or CommandError; the caller removes a partial image."""
     if size_mib < 8:
         raise DiskError(f"disk of {size_mib} MiB is too small (at least 8 MiB)")
-    with open(image, "wb") as fh:
-        fh.truncate(size_mib * _MIB)
+    await asyncio.to_thread(_sparse_file, image, size_mib * _MIB)
     await run_command(
         [
             *("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal"),
             *("-E", "lazy_itable_init=1", str(image)),
         ]
     )
+
+
+def _sparse_file(path: Path, size: int) -> None:
+    with open(path, "wb") as fh:
+        fh.truncate(size)
 
 
 async def _create_disk(image: Path, mount_point: Path, size_mib: int, formatted: bool) -> None:

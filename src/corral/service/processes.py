@@ -2,11 +2,21 @@
 
 The agent in the sandbox owns the processes and buffers their output; this service finds the
 sandbox's agent, checks the sandbox may be used, and translates the agent's errors.
+
+Invariant: a streamed exec with a ``timeout`` ends, for its caller, at most the timeout plus
+``exec_timeout_grace_seconds`` after it started. The agent enforces the timeout; if it has not
+sent the exit by then (a sandbox so overloaded that its agent gets no CPU, e.g. a fork bomb),
+the daemon ends the stream itself with an ``exit`` event that has ``timed_out`` set, no exit
+code and an ``error`` saying why, and asks the agent, in the background, to kill the process
+group once it can.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,6 +29,10 @@ from corral.service.sandboxes.activity import Activity
 from corral.service.sandboxes.agents import translate_agent_error
 
 T = TypeVar("T")
+log = logging.getLogger("corral.processes")
+
+# How long the daemon keeps asking a starved agent to kill a process whose exec it ended.
+LATE_KILL_WAIT_S = 300.0
 
 Event = dict[str, Any]
 
@@ -31,6 +45,7 @@ class ProcessService:
         self._sandboxes = sandboxes
         self._wakes = wakes
         self._activity = activity
+        self._late_kills: set[asyncio.Task[None]] = set()
 
     async def _error(self, sandbox_id: str, exc: AgentError) -> CorralError:
         if getattr(exc, "status", None) is None or exc.code == "unavailable":
@@ -67,11 +82,25 @@ class ProcessService:
             await stream.aclose()
             raise await self._error(sandbox_id, exc) from exc
 
+        loop = asyncio.get_running_loop()
+        grace = self._sandboxes.settings.exec_timeout_grace_seconds
+        deadline = loop.time() + spec.timeout + grace if spec.timeout else None
+
         async def events() -> AsyncIterator[Event]:
             with self._activity.busy(sandbox_id):
                 yield first
+                last = first
                 try:
-                    async for event in stream:
+                    while True:
+                        try:
+                            async with asyncio.timeout_at(deadline):
+                                event = await anext(stream)
+                        except StopAsyncIteration:
+                            return
+                        except TimeoutError:
+                            yield self._overdue(sandbox_id, client, last, spec.timeout, grace)
+                            return
+                        last = event
                         yield event
                 except AgentError:
                     # The stream broke (sandbox killed or parked); the client reconnects by pid.
@@ -80,6 +109,41 @@ class ProcessService:
                     await stream.aclose()
 
         return events()
+
+    def _overdue(
+        self, sandbox_id: str, client: AgentClient, last: Event, timeout: float | None, grace: float
+    ) -> Event:
+        """The exit event the daemon sends for a process its agent did not end in time, and
+        the kill it asks of the agent in the background (the agent answers once it gets CPU)."""
+        pid = last.get("pid") if last.get("type") == "start" else None
+        pid = pid if isinstance(pid, int) else None
+        message = (
+            f"sandbox {sandbox_id}: the process did not end at its {timeout:g} s timeout and the"
+            f" sandbox's agent did not answer for {grace:g} s more (the sandbox is overloaded,"
+            " e.g. by a fork bomb); the daemon ended this exec and asked the agent to kill the"
+            f" process, which may still be running (GET /v1/sandboxes/{sandbox_id}/processes"
+            f" lists them; `corral kill {sandbox_id}` ends the sandbox)"
+        )
+        log.warning("%s", message)
+        if pid is not None:
+            task = asyncio.get_running_loop().create_task(self._kill_late(sandbox_id, client, pid))
+            self._late_kills.add(task)
+            task.add_done_callback(self._late_kills.discard)
+        seq = last.get("seq")
+        return {
+            "seq": (seq if isinstance(seq, int) else 0) + 1,
+            "type": "exit",
+            "exit_code": None,
+            "signal": None,
+            "timed_out": True,
+            "error": message,
+        }
+
+    async def _kill_late(self, sandbox_id: str, client: AgentClient, pid: int) -> None:
+        with contextlib.suppress(AgentError, TimeoutError):
+            async with asyncio.timeout(LATE_KILL_WAIT_S):
+                await client.signal(pid, "KILL")
+                log.info("sandbox %s: process %d killed after its timeout", sandbox_id, pid)
 
     async def start(self, sandbox_id: str, spec: ExecSpec) -> int:
         self._check(spec)

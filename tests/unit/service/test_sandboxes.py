@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+import signal
 import time
 
 import pytest
@@ -219,3 +221,43 @@ async def test_list_shows_live_sandboxes_unless_all_and_prunes_ended(harness: Ha
         ws.sandboxes.get(gone.id)
     assert ws.sandboxes.get(live.id).state == "running"  # live ones are never pruned
     await ws.sandboxes.kill(live.id)
+
+
+async def test_exec_timeout_holds_when_the_agent_cannot_enforce_it(harness: Harness) -> None:
+    """A starved agent (here: stopped) cannot end a process at its timeout; the daemon ends the
+    caller's stream at timeout + grace with ``timed_out`` and a reason, and kills the process
+    once the agent answers again."""
+    ws = harness.workspace
+    harness.settings.exec_timeout_grace_seconds = 0.3
+    record = await ws.creator.create(CreateRequest())
+    agent = harness.runtime.processes[record.id]
+    body = ExecSpec(cmd=["sleep", "60"], env={}, stdin=False, timeout=2)
+    events = []
+    try:
+        async for event in await ws.processes.exec_stream(record.id, body):
+            if event["type"] == "start":
+                os.kill(agent.pid, signal.SIGSTOP)  # the agent's own timer cannot fire now
+            events.append(event)
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    start, end = events[0], events[-1]
+    assert end["type"] == "exit" and end["timed_out"] is True and end["exit_code"] is None
+    assert end["seq"] > start["seq"]
+    assert record.id in end["error"] and "timeout" in end["error"]
+
+    # The agent, running again, gets the daemon's kill (or fires its own timer): `sleep 60`
+    # (a host process under this test's local agent) ends long before its 60 s.
+    try:
+        pidfd = os.pidfd_open(start["pid"])
+    except ProcessLookupError:
+        pidfd = None  # ended already
+    if pidfd is not None:
+        ended = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(pidfd, ended.set)
+        try:
+            await asyncio.wait_for(ended.wait(), 30)
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+    await ws.sandboxes.kill(record.id)
