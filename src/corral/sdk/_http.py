@@ -6,19 +6,22 @@ exceptions, and it turns them into `corral.sdk.errors` at this boundary.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import quote_from_bytes
+from urllib.parse import quote_from_bytes, urlsplit
 
 import httpx
 
+from corral.sdk import _http1
 from corral.sdk._exec_wire import parse_event
-from corral.sdk.errors import ConnectionFailed, RateLimited, error_from_response
+from corral.sdk.errors import APIError, ConnectionFailed, RateLimited, error_from_response
 from corral.sdk.models import ProcessEvent
+from corral.sdk.plainhttp import plain_http_usable
 
 __all__ = ["DEFAULT_TIMEOUT", "STREAM_TIMEOUT", "HTTPSession", "parse_event"]
 
@@ -27,6 +30,9 @@ DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
 STREAM_TIMEOUT = httpx.Timeout(None, connect=10.0)
 
 Params = Mapping[str, Any] | list[tuple[str, Any]] | None
+MAX_EVENT_LINE = 64 << 20  # one NDJSON event (base64 output chunks are far smaller)
+MAX_ERROR_BODY = 1 << 20
+MAX_ANSWER = 256 << 20  # one whole answer read by `request` (JSON; big transfers stream)
 
 
 @functools.cache
@@ -73,8 +79,25 @@ def encode_query(params: Mapping[str, Any] | list[tuple[str, Any]]) -> str:
     return "&".join(parts)
 
 
+def _plain_connections(url: str, transport: object | None) -> tuple[_http1.Connections, str] | None:
+    """Kept-alive plain-HTTP connections to the daemon at `url` and its base path, when nothing
+    needs httpx (`plain_http_usable`)."""
+    if not plain_http_usable(url, transport):
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port or 80
+    except ValueError:
+        return None  # httpx reports the bad URL
+    if not parts.hostname or parts.username is not None or parts.query or parts.fragment:
+        return None
+    return _http1.Connections(parts.hostname, port), parts.path.rstrip("/")
+
+
 class HTTPSession:
-    """An authenticated httpx.AsyncClient bound to one daemon URL.
+    """An authenticated httpx.AsyncClient bound to one daemon URL; with a plain ``http://``
+    daemon, exec streams and requests whose body is JSON or nothing go through `_http1`
+    instead (a fraction of httpx's CPU per call).
 
     Not thread-safe: use it from the event loop it was first used on (the sync SDK runs all
     calls on one private loop).
@@ -96,9 +119,94 @@ class HTTPSession:
             transport=transport,
             verify=tls_context(url),
         )
+        self._plain = _plain_connections(url, transport)
+        self._plain_headers = {
+            "Authorization": f"Bearer {api_key}",
+            "User-Agent": "corral-sdk",
+            "Accept": "*/*",
+            "Content-Type": "application/json",
+        }
 
     async def aclose(self) -> None:
+        if self._plain is not None:
+            await self._plain[0].aclose()
         await self._client.aclose()
+
+    async def _plain_request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any,
+        params: Params,
+        headers: Mapping[str, str] | None,
+        timeout: httpx.Timeout,
+    ) -> httpx.Response:
+        """`request` through `_http1`: the whole exchange within the timeout's ``read`` (None:
+        unbounded), the answer at most ``MAX_ANSWER`` bytes."""
+        assert self._plain is not None
+        connections, base = self._plain
+        if params:
+            path = f"{path}?{encode_query(params)}"
+        sent = dict(self._plain_headers)
+        payload = b""
+        if json_body is None:
+            del sent["Content-Type"]
+        else:
+            # ASCII-escaped: surrogate-escaped path bytes travel intact, as in `encode_query`.
+            payload = json.dumps(json_body).encode()
+        sent.update(headers or {})
+        try:
+            async with (
+                asyncio.timeout(timeout.read),
+                connections.request(
+                    method, base + path, sent, payload, connect_timeout=timeout.connect
+                ) as answer,
+            ):
+                limit = MAX_ERROR_BODY if answer.status >= 400 else MAX_ANSWER
+                body = await answer.read(limit)
+        except TimeoutError:
+            raise ConnectionFailed.lost(self.url, f"no answer within {timeout.read:g} s") from None
+        except _http1.ConnectFailed as exc:
+            raise ConnectionFailed.unreachable(self.url, str(exc)) from exc
+        except _http1.HTTP1Error as exc:
+            raise ConnectionFailed.lost(self.url, str(exc)) from exc
+        if answer.status >= 400:
+            raise _plain_error(answer.status, body, answer)
+        return httpx.Response(answer.status, headers=answer.headers, content=body)
+
+    async def exec_events(self, path: str, body: Any) -> AsyncIterator[ProcessEvent]:
+        """POST `body` (JSON) to `path` and yield the events of its NDJSON answer, as
+        `stream` + `iter_events` do (the exit event once the stream has ended); an error status
+        raises its translated error, a broken connection `ConnectionFailed`."""
+        if self._plain is None:
+            async with self.stream("POST", path, json_body=body) as response:
+                async for event in self.iter_events(response):
+                    yield event
+            return
+        connections, base = self._plain
+        payload = json.dumps(body).encode()
+        held: list[ProcessEvent] = []
+        try:
+            async with connections.request(
+                "POST", base + path, self._plain_headers, payload
+            ) as answer:
+                if answer.status >= 400:
+                    raise _plain_error(answer.status, await answer.read(MAX_ERROR_BODY), answer)
+                async for line in answer.lines(MAX_EVENT_LINE):
+                    if line.strip():
+                        event = parse_event(json.loads(line))
+                        if held or event.type == "exit":
+                            held.append(event)
+                        else:
+                            yield event
+        except _http1.ConnectFailed as exc:
+            raise ConnectionFailed.unreachable(self.url, str(exc)) from exc
+        except _http1.HTTP1Error as exc:
+            if not held:
+                raise ConnectionFailed.lost(self.url, str(exc)) from exc
+        for event in held:
+            yield event
 
     async def request(
         self,
@@ -112,6 +220,15 @@ class HTTPSession:
         timeout: httpx.Timeout | None = None,
     ) -> httpx.Response:
         """Send one request and return the (fully read) successful response."""
+        if self._plain is not None and content is None:
+            return await self._plain_request(
+                method,
+                path,
+                json_body=json_body,
+                params=params,
+                headers=headers,
+                timeout=timeout or DEFAULT_TIMEOUT,
+            )
         async with self.stream(
             method,
             path,
@@ -229,6 +346,19 @@ class HTTPSession:
 
     def _broken(self, exc: httpx.TransportError) -> ConnectionFailed:
         return ConnectionFailed.lost(self.url, str(exc) or type(exc).__name__)
+
+
+def _plain_error(status: int, raw: bytes, answer: _http1.Answer) -> APIError:
+    """The SDK's error for an error answer read by `_http1` (as `stream` makes it)."""
+    try:
+        decoded: Any = json.loads(raw)
+    except ValueError:
+        decoded = raw.decode("utf-8", errors="replace")
+    error = error_from_response(status, decoded)
+    retry_after = answer.headers.get("retry-after", "")
+    if isinstance(error, RateLimited) and retry_after.replace(".", "", 1).isdigit():
+        error.retry_after = float(retry_after)
+    return error
 
 
 def _decode_body(response: httpx.Response) -> Any:

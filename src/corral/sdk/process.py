@@ -80,17 +80,17 @@ async def stream_exec(
     last_seq = -1
     exited = False
     try:
-        async with session.stream("POST", f"{sandbox_path}/exec", json_body=body) as response:
-            async for event in session.iter_events(response):
-                if exited:
-                    continue
-                if event.type == "start":
-                    pid = event.pid
-                last_seq = max(last_seq, event.seq)
-                yield event
-                # Read on to the stream's end (it follows the exit event at once): a response
-                # closed early cannot go back to the pool, and every exec would reconnect.
-                exited = event.type == "exit"
+        # The session hands the exit event out once the stream has ended (it follows the exit
+        # at once): a response closed early cannot go back to the pool, and every exec would
+        # reconnect.
+        async for event in session.exec_events(f"{sandbox_path}/exec", body):
+            if exited:
+                continue
+            if event.type == "start":
+                pid = event.pid
+            last_seq = max(last_seq, event.seq)
+            yield event
+            exited = event.type == "exit"
     except ConnectionFailed:
         if pid is None:
             raise

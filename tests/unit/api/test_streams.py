@@ -1,5 +1,7 @@
 """NDJSON answers: every event as a line, and a client that leaves ends the stream at once,
-closing its source (an agent's stream), whatever the source is waiting on."""
+closing its source (an agent's stream), whatever the source is waiting on; a stream whose last
+event is known ends with it, in the same piece as the answer's end, and its source is still read
+to its end."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Any
 import pytest
 from starlette.types import Message
 
-from corral.api.streams import NDJSON, ndjson_response
+from corral.api import streams
+from corral.api.streams import NDJSON, is_exit, ndjson_response
 
 SCOPE: dict[str, Any] = {"type": "http", "method": "POST", "path": "/x", "headers": []}
 
@@ -101,3 +104,39 @@ async def test_a_failing_source_fails_the_answer() -> None:
     client = Client()
     with pytest.raises(RuntimeError, match="agent broke"):
         await ndjson_response(failing())(SCOPE, client.receive, client.send)
+
+
+class Draining(Source):
+    """A source that notes whether it was read past its exit event to its end."""
+
+    def __init__(self, events: list[dict[str, Any]], *, hang: bool = False) -> None:
+        super().__init__(events, hang=hang)
+        self.exhausted = False
+
+    async def __call__(self) -> AsyncIterator[dict[str, Any]]:
+        async for event in super().__call__():
+            yield event
+        self.exhausted = True
+
+
+async def test_the_exit_ends_the_answer_in_one_piece_and_the_source_is_read_to_its_end() -> None:
+    events: list[dict[str, Any]] = [{"type": "start", "pid": 7}, {"type": "exit", "exit_code": 0}]
+    events.append({"type": "late"})
+    source, client = Draining(events), Client()
+    await ndjson_response(source(), ends_with=is_exit)(SCOPE, client.receive, client.send)
+    assert client.lines() == events[:2]  # nothing after the exit reaches the client
+    last = client.sent[-1]
+    assert last["more_body"] is False and json.loads(last["body"]) == events[1]
+    assert source.exhausted and source.closed  # read on to the end (the agent's connection)
+
+
+async def test_a_source_that_never_ends_after_its_exit_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(streams, "DRAIN_SECONDS", 0.05)
+    source, client = Draining([{"type": "exit", "exit_code": 0}], hang=True), Client()
+    await asyncio.wait_for(
+        ndjson_response(source(), ends_with=is_exit)(SCOPE, client.receive, client.send), 10
+    )
+    assert client.sent[-1]["more_body"] is False
+    assert source.closed and not source.exhausted

@@ -149,7 +149,9 @@ func (q *request) startProcess() error {
 		q.sendJSON(201, map[string]int{"pid": p.pid})
 		return nil
 	}
-	q.streamHead()
+	// The head leaves with the first batch, which is never empty here (the start event): one
+	// write to the daemon rather than two.
+	q.streamHeadUnflushed()
 	// The context ends when the client closed the connection: a write to it may still have
 	// succeeded, so the exit event reached nobody and the process stays to reconnect to.
 	if q.streamEvents(p, fid, -1, -2) && forget && q.r.Context().Err() == nil {
@@ -159,17 +161,23 @@ func (q *request) startProcess() error {
 }
 
 func (q *request) streamHead() {
-	h := q.w.Header()
-	h.Set("Content-Type", "application/x-ndjson")
-	q.w.WriteHeader(200)
+	q.streamHeadUnflushed()
 	if f, ok := q.w.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
+// streamHeadUnflushed sets the stream's head; it is sent with the first flush of events.
+func (q *request) streamHeadUnflushed() {
+	q.w.Header().Set("Content-Type", "application/x-ndjson")
+	q.w.WriteHeader(200)
+}
+
 // streamEvents writes the events after `after` (up to end, or following when end is -2) as
 // NDJSON, flushed batch by batch; true once the last one was written, false if the client went
-// away before.
+// away before. The last batch is left to the server's end of the answer, which writes it with
+// the chunked body's end in one write: the daemon, which reads to that end before its caller
+// has the exit, is not woken twice.
 func (q *request) streamEvents(p *Process, fid int, after, end int64) bool {
 	defer p.detach(fid)
 	cursor := after
@@ -185,7 +193,7 @@ func (q *request) streamEvents(p *Process, fid int, after, end int64) bool {
 			if _, err := q.w.Write(data); err != nil {
 				return false
 			}
-			if flusher != nil {
+			if flusher != nil && !finished {
 				flusher.Flush()
 			}
 		}

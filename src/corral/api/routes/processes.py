@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from corral.api import schemas
 from corral.api.deps import ProcessesDep
-from corral.api.streams import NDJSON, ndjson_response
+from corral.api.streams import NDJSON, is_exit, ndjson_response
 from corral.service.model import ExecSpec, PtySize
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["processes"])
@@ -39,7 +39,7 @@ async def exec_command(
         pid = await processes.start(sandbox_id, spec)
         return JSONResponse({"pid": pid}, status_code=201)
     events = await processes.exec_stream(sandbox_id, spec)
-    return ndjson_response(events)
+    return ndjson_response(events, ends_with=is_exit)
 
 
 @router.get("/processes", operation_id="list_processes", response_model=schemas.ProcessList)
@@ -62,7 +62,7 @@ async def process_events(
     sandbox_id: str, pid: int, processes: ProcessesDep, after: int = -1, follow: bool = True
 ) -> StreamingResponse:
     events = await processes.events(sandbox_id, pid, after, follow)
-    return ndjson_response(events)
+    return ndjson_response(events, ends_with=is_exit)
 
 
 @router.post("/processes/{pid}/stdin", operation_id="send_stdin", status_code=204)
