@@ -63,7 +63,7 @@ def _provoke_here(flows: Sequence[FlowKey]) -> int:
         return 0
     try:
         with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_IP)) as sock:
-            sock.bind((_name_of(index), _ETH_P_IP))
+            sock.bind((socket.if_indextoname(index), _ETH_P_IP))
             for sport, server, dport in flows:
                 sock.send(syn_frame(own, sandbox, server, dport, INNER_ADDRESS, sport))
     except OSError as exc:
@@ -82,10 +82,6 @@ def _link_to_sandbox(ipr: Any) -> tuple[int, bytes, bytes | None]:
         if entry.get_attr("NDA_DST") == INNER_ADDRESS and lladdr:
             return index, own, _mac(lladdr)
     return index, own, None
-
-
-def _name_of(index: int) -> str:
-    return socket.if_indextoname(index)
 
 
 def _mac(text: str) -> bytes:
