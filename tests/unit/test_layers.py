@@ -71,8 +71,9 @@ SERVICE_LAYERS: list[set[str]] = [
 
 # Imports that cross a layer on purpose, each with its reason (keep this short).
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("api/inbound/link.py", "corral.network"): (  # from corral.network import splice
-        "the inbound proxy moves its own connections' bytes with splice(2); no sandbox control"
+    ("api/inbound/link.py", "corral.network"): (  # from corral.network import local_hop, splice
+        "the inbound proxy moves its own connections' bytes with splice(2) and sets their "
+        "congestion control; no sandbox control"
     ),
     # MCP's HTTP transport is mounted in the daemon: it checks the caller's key and names it in
     # the audit log, then acts only through the SDK like the stdio server.

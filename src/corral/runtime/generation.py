@@ -17,12 +17,14 @@ Locking: none; ``GVisorRuntime``'s callers serialize calls for one sandbox.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from corral.timing import phase
+from corral.timing import beside, phase
 
 from .base import SandboxSpec
 from .bundle import DiskRoot, render_config, write_config
@@ -44,6 +46,8 @@ __all__ = [
     "memory_headroom_mib",
     "wants_disk_root",
 ]
+
+log = logging.getLogger("corral.runtime")
 
 # In a checkpoint image: its sandbox had /tmp on its disk (an overlaid bind mount). Images
 # without it (older ones) restore into the layout they were taken in, /tmp as gVisor's tmpfs.
@@ -86,11 +90,60 @@ class Generations:
         record: SandboxRecord,
         image_dir: Path | None,
         stale: list[str] | None = None,
+        *,
+        stale_stopped: bool = False,
     ) -> None:
         """Make the generation ``record.generation`` of the sandbox and start it (or restore
-        ``image_dir`` into it). ``stale`` containers of older generations are removed first."""
+        ``image_dir`` into it). ``stale`` containers of older generations and their disks are
+        removed first; with ``stale_stopped`` (they stopped at a checkpoint: a wake's) beside
+        the boot instead, while runsc restores: they share nothing with the new generation but
+        the state record, which only this call writes, and the record names them until they
+        are gone."""
         paths.dir.mkdir(parents=True, exist_ok=True)
         paths.save(record)  # before runsc hears of the container: destroy can always find it
+        retiring = None
+        if stale_stopped:
+            with beside():  # its phases overlap the boot's
+                retiring = asyncio.create_task(self._retire(paths, stale or [], record.generation))
+        try:
+            await self._boot(spec, paths, record, image_dir, None if retiring else stale or [])
+        finally:
+            if retiring is not None:  # never left running past the boot, whatever happened
+                await asyncio.wait({retiring})
+        if retiring is not None:
+            left = retiring.result()  # the containers whose removal failed stay named
+            record.container_ids = [*left, record.current_container]
+            paths.save(record)
+
+    async def _retire(self, paths: SandboxPaths, stale: list[str], gen: int) -> list[str]:
+        """Remove the stopped containers ``stale`` and the disks of generations before ``gen``;
+        return the containers whose removal failed (logged), for a later cleanup to retry."""
+        results = await asyncio.gather(
+            *(self.drop(paths, c, None) for c in stale), return_exceptions=True
+        )
+        left = []
+        for cid, result in zip(stale, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("removing the stopped container %s failed: %s", cid, result)
+                left.append(cid)
+        for old_gen in paths.disk_generations():
+            if old_gen < gen:
+                try:
+                    await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
+                except Exception as exc:
+                    log.error("removing the disk of generation %d failed: %s", old_gen, exc)
+        return left
+
+    async def _boot(
+        self,
+        spec: SandboxSpec,
+        paths: SandboxPaths,
+        record: SandboxRecord,
+        image_dir: Path | None,
+        stale: list[str] | None,
+    ) -> None:
+        """``boot`` after the record is saved; ``stale``: the containers to remove first (None:
+        they and the older disks are removed beside, by ``boot``)."""
         cid = record.current_container
         gen = record.generation
         cleanup = [self.drop(paths, c, None) for c in stale or []]
@@ -102,11 +155,12 @@ class Generations:
             formatted = self._spares is not None and self._spares.take(image, size)
             disk = (create_disk(image, paths.disk_mount(gen), size, formatted=formatted),)
         await asyncio.gather(*disk, *cleanup)
-        for old_gen in paths.disk_generations():
-            if old_gen != gen:
-                await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
-        record.container_ids = [cid]
-        paths.save(record)
+        if stale is not None:  # else a wake's stopped generations go beside (``boot``)
+            for old_gen in paths.disk_generations():
+                if old_gen != gen:
+                    await remove_disk(paths.disk_image(old_gen), paths.disk_mount(old_gen))
+            record.container_ids = [cid]
+            paths.save(record)
         # The sized root holds /tmp like every other path. Without it (a build's writable root
         # takes its writes itself; an older image keeps the layout it was taken in) /tmp is an
         # overlaid bind mount whose writes land on the disk.
@@ -239,19 +293,32 @@ def memory_headroom_mib(memory_mib: int) -> int:
 
 
 def fsync_tree(directory: Path) -> None:
-    """fsync every file and directory below ``directory`` (checkpoint images must be durable)."""
+    """fsync every file and directory below ``directory`` (checkpoint images must be durable),
+    all at once from a few threads: the file system commits its journal for all of them
+    together instead of once per file (a fresh 5 MB image of five files: 13 ms instead of 33 ms
+    at load 10). Raises the first failure once all have ended."""
+    targets: list[tuple[str, int]] = []
     for dirpath, _dirnames, filenames in os.walk(directory):
-        for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        targets.extend((os.path.join(dirpath, name), os.O_RDONLY) for name in filenames)
+        targets.append((dirpath, os.O_RDONLY | os.O_DIRECTORY))
+    if len(targets) == 1:
+        _fsync(targets[0])
+        return
+    with ThreadPoolExecutor(min(_FSYNC_THREADS, len(targets))) as pool:
+        for _ in pool.map(_fsync, targets):  # re-raises the first failure
+            pass
+
+
+_FSYNC_THREADS = 8
+
+
+def _fsync(target: tuple[str, int]) -> None:
+    path, flags = target
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def mark_image(

@@ -217,7 +217,16 @@ class GVisorRuntime:
 
         with phase("generation"):
             await self._guarded(
-                verb, self._generations.boot(spec, paths, record, image_dir, stale), undo=undo
+                verb,
+                self._generations.boot(
+                    spec,
+                    paths,
+                    record,
+                    image_dir,
+                    stale,
+                    stale_stopped=previous is not None and previous.checkpointed,
+                ),
+                undo=undo,
             )
 
     async def checkpoint(

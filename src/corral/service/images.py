@@ -2,9 +2,10 @@
 removed; and the space checks made before one is written.
 
 An image (a parked sandbox's, a fork's, a snapshot's, a warm template's) is written into a
-``.partial`` directory, fsynced, marked complete (``IMAGE_COMPLETE``, fsynced) and only then
-renamed into place (``seal_image``): a crash leaves either a complete image or a partial one that
-the next start removes. An image holds a sandbox's memory (its secrets, its agent's key): it is
+``.partial`` directory, fsynced, marked complete (``IMAGE_COMPLETE``, fsynced; ``seal_image``
+can fsync the files and the marker together) and only then renamed into place: a crash leaves
+either a complete image or a partial one that the next start removes. An image holds a
+sandbox's memory (its secrets, its agent's key): it is
 0600 files in 0700 dirs (``make_private``).
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from corral.config import Settings
 from corral.paths import PathEscape, inside
 from corral.runtime.base import Runtime, RuntimeFailure
+from corral.runtime.generation import fsync_tree
 from corral.storage import SandboxRecord
 from corral.timing import phase
 
@@ -60,21 +62,28 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def seal_image(partial: Path, final: Path, *, root: Path) -> None:
+def seal_image(partial: Path, final: Path, *, root: Path, sync_tree: bool = False) -> None:
     """Mark a fully written image complete and move it into place, durably. Both paths must
-    resolve inside ``root`` (the images' own directory): nothing outside it is ever replaced."""
+    resolve inside ``root`` (the images' own directory): nothing outside it is ever replaced.
+    ``sync_tree``: the image's files were not fsynced yet (a checkpoint taken with ``durable``
+    off); they are fsynced here together with the marker, all at once (``fsync_tree``), before
+    the rename: a crash before it leaves a partial image, whatever the marker says."""
     with phase("image seal"):
-        _seal_image(partial, final, root=root)
+        _seal_image(partial, final, root=root, sync_tree=sync_tree)
 
 
-def _seal_image(partial: Path, final: Path, *, root: Path) -> None:
+def _seal_image(partial: Path, final: Path, *, root: Path, sync_tree: bool) -> None:
     partial, final = inside(root, partial), inside(root, final)
     marker = partial / IMAGE_COMPLETE
     with open(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
         handle.write(f"{time.time()}\n")
         handle.flush()
-        os.fsync(handle.fileno())
-    fsync_dir(partial)
+        if not sync_tree:
+            os.fsync(handle.fileno())
+    if sync_tree:
+        fsync_tree(partial)  # the files, the marker and the directories
+    else:
+        fsync_dir(partial)
     if final.exists():
         shutil.rmtree(final)
     os.replace(partial, final)

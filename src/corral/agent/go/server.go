@@ -31,6 +31,7 @@ const (
 
 type handler struct {
 	agent *Agent
+	trim  memoryTrim
 }
 
 type request struct {
@@ -107,6 +108,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rawPath = r.URL.Path
 	}
 	req := &request{w: w, r: r, query: parseQuery(r.URL.RawQuery), agent: h.agent}
+	h.trim.touch()
+	defer h.trim.touch()
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {

@@ -21,7 +21,7 @@ from corral.api.inbound.heads import (
     isolate_answer_head,
     parse_head,
 )
-from corral.network import splice
+from corral.network import local_hop, splice
 
 __all__ = ["Link"]
 
@@ -58,6 +58,11 @@ class Link:
 
     async def run(self, rest: bytes) -> bool:
         """Serve until both sides are done; True when they ended cleanly."""
+        # Hops that stay on this host get a congestion control that does not pace
+        # (network/local_hop.py): the sandbox's slot always, the client when it is on loopback.
+        local_hop.unpace(self.upstream)
+        if local_hop.is_loopback(self.peer):
+            local_hop.unpace(self.client)
         requests = asyncio.create_task(self._requests(rest))
         if self.first.by_host:
             answers = asyncio.create_task(splice.copy(self.upstream, self.client))

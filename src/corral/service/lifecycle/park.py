@@ -5,13 +5,16 @@ Crash safety: the park records itself (operation ``parking``) before it touches 
 writes the image to ``<id>.partial``, sealed (``images.seal_image``) only once complete; the
 record says ``parked`` only after the seal. What a crash leaves, ``reconcile.py`` settles.
 Concurrency: under the sandbox's lock; a second park while parking waits, then gets a
-StateConflict. The runtime's leftovers and the slot are released in the background, under the
-same lock, so a wake waits for them.
+StateConflict. The runtime's leftovers (the stopped container, its disk) and the slot are
+released in the background, ``TEARDOWN_GRACE`` after the answer, under the same lock: a wake
+that comes first restores beside them and removes them itself (``Runtime.restore``), so it
+never waits for a teardown it does not need; one that comes while they are being removed waits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -33,9 +36,13 @@ from corral.service.traffic import traffic_totals
 from corral.storage import Database, SandboxRecord
 from corral.timing import phase
 
-__all__ = ["ParkService", "park_paths"]
+__all__ = ["TEARDOWN_GRACE", "ParkService", "park_paths"]
 
 log = logging.getLogger("corral.lifecycle")
+
+# Seconds between a park's answer and the removal of what its sandbox ran on: a wake right after
+# the park (the runtime removes them beside its restore) does not wait for it.
+TEARDOWN_GRACE = 2.0
 
 
 def park_paths(directory: Path, sandbox_id: str) -> tuple[Path, Path]:
@@ -63,10 +70,15 @@ class ParkService:
         self.admission = admission
         self.parked_dir = parked_dir(settings)
         self._background = Background()
+        self._hurry = asyncio.Event()  # set: the clean-ups left skip their grace
 
     async def drain(self) -> None:
-        """Let post-park clean-ups finish (daemon stop); they are short."""
-        await self._background.drain()
+        """Let post-park clean-ups finish now (daemon stop); they are short."""
+        self._hurry.set()
+        try:
+            await self._background.drain()
+        finally:
+            self._hurry.clear()
 
     async def _check_space(self, record: SandboxRecord) -> None:
         """Refuse a park whose image might not fit, before anything changes."""
@@ -102,8 +114,8 @@ class ParkService:
             self.db.sandboxes.update(sandbox_id, operation=Operation.PARKING)
             crash_point(self.settings, "park:before-checkpoint")
             try:
-                await self.live.checkpoint(
-                    sandbox_id, partial, leave_running=False, defer_cleanup=True
+                await self.live.checkpoint(  # fsynced when sealed, with the marker
+                    sandbox_id, partial, leave_running=False, defer_cleanup=True, durable=False
                 )
             except RuntimeFailure as exc:
                 await asyncio.to_thread(shutil.rmtree, partial, True)
@@ -120,7 +132,9 @@ class ParkService:
             crash_point(self.settings, "park:after-checkpoint")
             # The slot's counts go with the slot: keep them in the record's totals. Read while
             # the image is sealed (a thread each; neither touches what the other does).
-            sealing = asyncio.to_thread(seal_image, partial, final, root=self.parked_dir)
+            sealing = asyncio.to_thread(
+                seal_image, partial, final, root=self.parked_dir, sync_tree=True
+            )
             _, counted = await asyncio.gather(sealing, self.live.traffic(sandbox_id))
             crash_point(self.settings, "park:after-image")
             slot = await self.live.detach(sandbox_id)
@@ -136,12 +150,15 @@ class ParkService:
                 **traffic_totals(self.db.sandboxes.get(sandbox_id), counted),
             )
         # The image is safe and the record says parked: what the sandbox ran on (its stopped
-        # container, its disk, its slot) goes in the background, under the sandbox's lock, so a
-        # wake waits for it. A crash before then leaves nothing a restart does not clear.
+        # container, its disk, its slot) goes in the background after a grace, under the
+        # sandbox's lock (see the module docstring). A crash before then leaves nothing a
+        # restart does not clear.
         self._background.run(self._after_park(sandbox_id, slot))
         return record
 
     async def _after_park(self, sandbox_id: str, slot: Slot | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._hurry.wait(), TEARDOWN_GRACE)
         async with self.sandboxes.lock(sandbox_id):
             try:
                 await self.runtime.cleanup(sandbox_id)

@@ -198,9 +198,11 @@ class SnapshotService:
                     await self.files.capture(source, partial)
                 else:
                     crash_point(self.settings, "snapshot:before-checkpoint")
-                    await self.live.checkpoint(sandbox_id, partial, leave_running=True)
+                    await self.live.checkpoint(  # fsynced when sealed, with the marker
+                        sandbox_id, partial, leave_running=True, durable=False
+                    )
                 crash_point(self.settings, "snapshot:after-checkpoint")
-                await asyncio.to_thread(seal_image, partial, final, root=self.dir)
+                await asyncio.to_thread(seal_image, partial, final, root=self.dir, sync_tree=True)
             except BaseException as exc:
                 self._remove_image(partial)
                 self.db.snapshots.delete(name)

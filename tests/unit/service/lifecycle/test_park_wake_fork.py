@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from corral.runtime.base import RuntimeStatus
+from corral.service import images
 from corral.service.errors import CapacityExceeded, OperationFailed, StateConflict
 from corral.service.images import image_complete
 from tests.unit.service.fakes import Fakes
@@ -86,15 +89,32 @@ async def test_fork_makes_children_that_continue_from_the_source(fakes: Fakes) -
     assert fakes.network.built_ahead == 2  # the children's slots, built during the checkpoint
 
 
-async def test_only_images_a_restart_may_read_are_made_durable(fakes: Fakes) -> None:
-    """A park's and a snapshot's image are fsynced (a restart restores from them); a fork's is
-    scratch (the work dir is emptied at every start, and a crash ends the fork anyway)."""
+async def test_only_images_a_restart_may_read_are_made_durable(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A park's and a snapshot's image are fsynced, files and marker together, before they are
+    renamed into place (a restart restores from them); a fork's is scratch (the work dir is
+    emptied at every start, and a crash ends the fork anyway)."""
+    synced: list[tuple[Path, list[str]]] = []
+    fsync_tree = images.fsync_tree
+
+    def recording(directory: Path) -> None:
+        synced.append((directory, sorted(p.name for p in directory.iterdir())))
+        fsync_tree(directory)
+
+    monkeypatch.setattr(images, "fsync_tree", recording)
     ws = fakes.workspace
     record = await fakes.running()
     await ws.lifecycle.fork(record.id, 2)
-    await ws.snapshots.take(record.id, "durable")
-    await ws.lifecycle.park(record.id)
-    assert fakes.runtime.images == [(record.id, False), (record.id, True), (record.id, True)]
+    assert synced == []
+    snapshot = await ws.snapshots.take(record.id, "durable")
+    parked = await ws.lifecycle.park(record.id)
+    assert [d.name for d, _ in synced] == [
+        f"{Path(snapshot.image_path).name}.partial",
+        f"{record.id}.partial",
+    ]
+    assert all(images.IMAGE_COMPLETE in names and len(names) > 1 for _, names in synced)
+    assert image_complete(parked.image_path) and image_complete(snapshot.image_path)
 
 
 async def test_a_fork_that_cannot_restore_every_child_makes_none(fakes: Fakes) -> None:
