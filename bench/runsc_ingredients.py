@@ -22,6 +22,13 @@ restore`` of that image into a new id). The variants:
     netns-direct  the namespace, started that way
     corral-wrapper  every ingredient, with the wrapper: as the daemon booted before
     corral     every ingredient, as the daemon boots a sandbox now
+    agent      (``--memory`` only) every ingredient, with the Go agent as the init instead of
+               ``sleep`` (no key: it serves nothing, as an idle sandbox's agent does nothing)
+
+``--memory`` measures instead the host memory of ``--count`` idle containers of each variant
+(``sleep``; the wrapper variants are left out: the wrapper is gone once runsc has started), all
+running at once, by role (``_measure.memory_by_role``), beside ``raw``: which of corral's
+ingredients costs memory in runsc itself, and what the agent adds.
 
 Each round runs every variant in turn, so load weighs on all alike; the table gives medians and
 the ratio to ``raw`` in the same run. Root and real runsc; everything made is removed.
@@ -49,13 +56,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import BASE_ROOTFS
+from _measure import memory_by_role, memory_table, process_trees
 from lifecycle import reap_forever
 
 from corral.runtime.base import AgentMount, Resources, SandboxSpec
 from corral.runtime.bundle import DiskRoot, render_config
 from corral.runtime.disk import create_disk, remove_disk
 from corral.runtime.generation import disk_headroom_mib
-from corral.runtime.inject import go_agent_mount
+from corral.runtime.inject import GO_AGENT_TARGET, go_agent_mount
 from corral.runtime.net_sysctl_hidden import _spawn
 from corral.runtime.reaper import become_subreaper
 
@@ -270,15 +278,49 @@ def park_wake(lab: Lab, have: set[str]) -> tuple[float, float]:
     return park, wake
 
 
+def idle_memory(lab: Lab, names: list[str], count: int) -> None:
+    """``count`` idle containers of every variant at once; their memory by role beside raw's."""
+    with contextlib.ExitStack() as stack:
+        tokens: dict[str, list[str]] = {}
+        for name in names:
+            have = VARIANTS.get(name) or set(INGREDIENTS)
+            init = [GO_AGENT_TARGET] if name == "agent" else ["sleep", "100000"]
+            for _ in range(count):
+                cid, bundle, argv = stack.enter_context(lab.container(have, init))
+                boot(have, [*argv, "run", "-detach", "-bundle", str(bundle), cid])
+                tokens.setdefault(name, []).append(str(bundle))
+        time.sleep(2)
+        print(f"{count} idle containers of each variant at once; load {os.getloadavg()}")
+        trees = process_trees([t for ts in tokens.values() for t in ts])
+        memory = {n: [memory_by_role(trees[t]) for t in ts] for n, ts in tokens.items()}
+    for name in names[1:]:
+        lines, beyond_pss, beyond_uss = memory_table(memory[name], memory["raw"])
+        print(f"\n{name} beside raw: {beyond_pss:+.2f} MiB PSS, {beyond_uss:+.2f} MiB USS")
+        print("\n".join(line.replace("corral", "variant") for line in lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", nargs="*", choices=list(VARIANTS), default=None)
+    parser.add_argument("--only", nargs="*", choices=[*VARIANTS, "agent"], default=None)
+    parser.add_argument("--memory", action="store_true", help="idle memory instead of times")
+    parser.add_argument("--count", type=int, default=3, help="containers per variant (--memory)")
     args = parser.parse_args()
-    names = ["raw", *[v for v in (args.only or VARIANTS) if v != "raw"]]
     become_subreaper()
     reap_forever()  # runsc delete waits for the sandbox process, which a subreaper must reap
     lab = Lab()
+    if args.memory:
+        wanted = args.only or [*VARIANTS, "agent"]
+        memory_names = [
+            "raw",
+            *[v for v in wanted if v not in ("raw", "wrapper", "netns", "corral-wrapper")],
+        ]
+        try:
+            idle_memory(lab, memory_names, args.count)
+        finally:
+            lab.close()
+        return
+    names = ["raw", *[v for v in (args.only or VARIANTS) if v not in ("raw", "agent")]]
     samples: dict[str, dict[str, list[float]]] = {
         n: {"run": [], "checkpoint": [], "restore": []} for n in names
     }
