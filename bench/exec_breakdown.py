@@ -17,7 +17,8 @@ C D E F, ...) so load from elsewhere weighs on all alike:
                           the daemon's front, auth, routing and one record read
     API exec, kept-alive  `POST /v1/sandboxes/ID/exec` the same way: agent direct + the daemon
     SDK run_exec          ``corral.sdk.plainhttp.run_exec``, a new connection each (the CLI's path)
-    SDK Sandbox.exec      the sync SDK (httpx, its loop thread), one kept-alive client
+    SDK Sandbox.exec      the sync SDK (its loop thread; to a plain-http daemon its own HTTP/1.1
+                          client, `corral.sdk._http1`), one kept-alive client
 
 The daemon's CPU time per call (all its threads, from /proc) is printed beside each layer: it
 is what the host spends whatever the load, where wall times on a busy machine are mostly waiting.
@@ -127,7 +128,7 @@ def main() -> None:
             "SDK run_exec (new connection)": lambda: _timed(
                 lambda: run_exec(sbx.id, ["true"], url=env["CORRAL_URL"], api_key=daemon.key)
             ),
-            "SDK Sandbox.exec (httpx)": lambda: _timed(lambda: sbx.exec(["true"])),
+            "SDK Sandbox.exec": lambda: _timed(lambda: sbx.exec(["true"])),
         }
         samples: dict[str, list[float]] = {name: [] for name in layers}
         daemon_cpu = dict.fromkeys(layers, 0.0)
@@ -156,6 +157,12 @@ def main() -> None:
     idle = figures["agent direct, after 50 ms idle"].p50 - direct
     print(f"a 50 ms pause before the agent call adds: {idle:6.2f} ms (no daemon on that path)")
     print(goal_line("exec round trip (SDK)", sdk, floor.p50 + 3, "ms", "spawn floor + 3 ms"))
+    sync_sdk = figures["SDK Sandbox.exec"].p50
+    print(
+        goal_line(
+            "exec round trip (Sandbox.exec)", sync_sdk, floor.p50 + 3, "ms", "spawn floor + 3 ms"
+        )
+    )
     print("load average:", " ".join(Path("/proc/loadavg").read_text().split()[:3]))
 
 

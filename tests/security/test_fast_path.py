@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.network.namespaces import run_in_netns
 from corral.network.policy import EgressPolicy
 from tests.integration.network.egress_lab import OTHER, WEB, Lab, built_lab
 from tests.integration.network.raw_tcp import ACK, PSH, SYN, RawTcp
@@ -30,6 +31,7 @@ class Recorder:
     """A plain TCP server that keeps every byte each connection sent."""
 
     received: list[bytearray] = field(default_factory=list)
+    ended: int = 0  # connections that saw their end (the client's FIN or a reset)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         got = bytearray()
@@ -37,6 +39,7 @@ class Recorder:
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
                 got += data
+        self.ended += 1
         writer.close()
 
     def everything(self) -> bytes:
@@ -153,3 +156,28 @@ async def test_a_syn_to_an_address_not_answered_for_an_allowed_name_never_reache
     assert await settle(recorder) == b""
     assert recorder.received == []  # not even a connection
     assert lab.fast.counts("sbx0")["to_proxy"] == 1
+
+
+async def test_a_connection_that_never_sends_its_first_flight_is_reset_and_the_server_told_nothing(
+    tmp_path: Path,
+) -> None:
+    """A client that opens a connection and waits (a server-first protocol, or a stalled
+    client) is neither let through unjudged nor left hanging: after the judge's timeout (short
+    here, 10 s in the daemon) the client's socket is reset, and the server sees no byte and no
+    end of the connection."""
+    async with built_lab(tmp_path, slot_count=1, fast_timeout=1.0) as lab:
+        await lab.attach(0, EgressPolicy.build("airgapped", [ALLOWED]))
+        assert (await lab.dig(0, ALLOWED))[1] == [WEB]
+        recorder = await record_at(lab, WEB, 443)
+
+        def connect() -> socket.socket:
+            return socket.create_connection((WEB, 443), timeout=30.0)
+
+        client = await asyncio.to_thread(run_in_netns, lab.sbx(0), connect)
+        # Blocks until the connection ends; 30 s only bounds a failing run.
+        with client, pytest.raises(ConnectionResetError):
+            await asyncio.to_thread(client.recv, 1)
+        assert lab.fast.counts("sbx0")["refused"] >= 1
+        assert await settle(recorder) == b""
+        assert len(recorder.received) == 1  # the handshake reached it, nothing else did
+        assert recorder.ended == 0

@@ -27,6 +27,7 @@ from corral.network.egress import FIRST_FLIGHT_QUEUE, QUEUE_ANSWER_MARK, QUEUE_S
 from corral.network.first_flight import FirstFlights, FlowKey, Verdict
 from corral.network.namespaces import netns_path, run_in_netns
 from corral.network.sandbox_egress import SandboxEgress
+from corral.network.silent_flows import provoke
 
 __all__ = ["FastPath", "ensure_queue_rules"]
 
@@ -148,7 +149,14 @@ class FastPath:
     async def _sweep(self, judge: _Judge) -> None:
         while True:
             await asyncio.sleep(max(self._timeout / 4, 0.1))
-            self._give(judge, judge.flights.expire())
+            verdicts, silent = judge.flights.expire()
+            self._give(judge, verdicts)
+            if silent:  # their sandbox answers a SYN, and the slot resets that answer
+                slot_ns = judge.flights.sandbox.slot_ns
+                try:
+                    await asyncio.to_thread(provoke, slot_ns, silent)
+                except NetworkFailure as exc:
+                    log.warning("sandbox %s: silent flows not reset: %s", self._id(judge), exc)
 
     def _give(self, judge: _Judge, verdicts: list[Verdict]) -> None:
         for packet_id, verdict, mark in verdicts:

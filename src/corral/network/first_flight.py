@@ -73,6 +73,7 @@ class _Flow:
     judged: bytes | None = None  # the first flight, once allowed
     name: str | None = None
     confirmed: bool = False
+    handshaken: bool = False  # the sandbox acknowledged the server's SYN-ACK
 
     def offset(self, seq: int) -> int:
         """Where ``seq`` lies in the stream (0 = the first byte after the SYN)."""
@@ -136,17 +137,22 @@ class FirstFlights:
             return self._answer(packet_id, segment)
         return self._sent(packet_id, segment)
 
-    def expire(self) -> list[Verdict]:
+    def expire(self) -> tuple[list[Verdict], list[FlowKey]]:
         """Deny the undecided flows older than ``timeout``; forget pending ones that waited
-        ten times as long for the server."""
+        ten times as long for the server. Returns the verdicts, and the denied flows that
+        completed their handshake but held nothing: the slot has no packet of theirs to answer
+        with a reset, so the caller has the sandbox send one (``silent_flows.provoke``)."""
         now = self._clock()
         verdicts: list[Verdict] = []
+        silent: list[FlowKey] = []
         for key, flow in list(self._flows.items()):
             if flow.judged is None and now - flow.started > self._timeout:
                 verdicts += self._deny(key, flow, None, "no complete first flight in time")
+                if flow.handshaken and not flow.held:
+                    silent.append(key)
             elif not flow.confirmed and now - flow.started > 10 * self._timeout:
                 del self._flows[key]
-        return verdicts
+        return verdicts, silent
 
     def recheck(self) -> frozenset[FlowKey]:
         """After a policy change: the flows to keep (undecided ones are judged by the new
@@ -188,6 +194,7 @@ class FirstFlights:
         if flow.judged is not None:
             return [self._after_judged(packet_id, key, flow, seg)]
         if not seg.payload and not seg.flags & _FIN:
+            flow.handshaken = True
             return [(packet_id, nfqueue.ACCEPT, ACCEPT_MARK)]  # an ACK of the handshake
         if flow.offset(seg.seq) != len(flow.data):
             return [(packet_id, nfqueue.DROP, None)]  # not where the stream has got to

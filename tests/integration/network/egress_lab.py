@@ -158,7 +158,7 @@ class LabCA:
 class Lab:
     """The namespaces, the fake internet's servers, and the mechanism under test."""
 
-    def __init__(self, prefix: str, tmp: Path) -> None:
+    def __init__(self, prefix: str, tmp: Path, *, fast_timeout: float = 3.0) -> None:
         self.prefix = prefix
         self.host_ns = f"{prefix}-host"
         self.inet_ns = f"{prefix}-inet"
@@ -167,7 +167,7 @@ class Lab:
         self.servers: list[asyncio.Server | asyncio.DatagramTransport] = []
         self.resolver = SandboxResolver([WEB], upstream_netns=self.host_ns, timeout=2.0)
         self.proxy = EgressProxy(head_timeout=3.0, connect_timeout=3.0)
-        self.fast = FastPath(timeout=3.0)
+        self.fast = FastPath(timeout=fast_timeout)
         self.sandboxes: dict[int, SandboxEgress] = {}
         self.dns_queries = 0
 
@@ -507,11 +507,14 @@ def leftovers(prefix: str) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def built_lab(tmp_path: Path, slot_count: int = 2) -> AsyncIterator[Lab]:
+async def built_lab(
+    tmp_path: Path, slot_count: int = 2, *, fast_timeout: float = 3.0
+) -> AsyncIterator[Lab]:
     """A lab of ``slot_count`` slots under a fresh prefix, torn down after, and checked to have
-    left no namespace, veth or nft table behind (swept either way)."""
+    left no namespace, veth or nft table behind (swept either way). ``fast_timeout``: how long
+    the first-flight judge waits for a flow's first flight."""
     prefix = new_prefix()
-    made = Lab(prefix, tmp_path)
+    made = Lab(prefix, tmp_path, fast_timeout=fast_timeout)
     try:
         await made.build(slot_count=slot_count)
         yield made

@@ -186,7 +186,21 @@ def test_a_first_flight_not_complete_in_time_is_denied() -> None:
     opened(flights, ids)
     assert flights.on_packet(ids(), segment(ACK, ISN + 1, HEAD[:8])) == []
     flights.clock[0] = 11.0  # type: ignore[attr-defined]
-    assert flights.expire() == [(ids.n, nfqueue.ACCEPT, DENY_MARK)]
+    assert flights.expire() == ([(ids.n, nfqueue.ACCEPT, DENY_MARK)], [])
+
+
+def test_a_flow_silent_after_its_handshake_is_given_up_for_a_reset_and_its_answer_refused() -> None:
+    flights, ids = judge(), Ids()
+    opened(flights, ids)  # the handshake's ACK, then nothing
+    flights.on_packet(ids(), segment(SYN, ISN + 7, sport=40001))  # a SYN never answered
+    flights.clock[0] = 11.0  # type: ignore[attr-defined]
+    # Nothing held to answer with a reset: the sandbox is to be made to send something.
+    assert flights.expire() == ([], [(40000, WEB, 80)])
+    assert flights.counts["refused"] == 2
+    # What it sends then (the challenge ACK a SYN makes it send) is answered with a reset.
+    challenge = segment(ACK, ISN + 1, ack=5001)
+    assert flights.on_packet(ids(), challenge) == [(ids.n, nfqueue.ACCEPT, DENY_MARK)]
+    assert flights.expire() == ([], [])
 
 
 def test_recheck_keeps_only_the_flows_the_new_policy_allows() -> None:
