@@ -46,3 +46,31 @@ def test_only_loopback_peers_are_local() -> None:
         assert not local_hop.is_loopback(elsewhere), elsewhere
     for nothing in (None, "", "not-an-address"):
         assert not local_hop.is_loopback(nothing), nothing
+
+
+def test_a_client_of_this_host_is_on_it_whatever_address_it_used() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    with client, server:
+        assert local_hop.on_this_host(server)
+    own = _an_address_of_this_host()
+    if own is not None:  # a host with an address besides loopback: connect to it
+        with socket.create_server((own, 0)) as listener:
+            client = socket.create_connection(listener.getsockname())
+            server, _ = listener.accept()
+        with client, server:
+            assert server.getpeername()[0] == own
+            assert local_hop.on_this_host(server)
+    with socket.socket() as unconnected:
+        assert not local_hop.on_this_host(unconnected)
+
+
+def _an_address_of_this_host() -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet: only picks the source address
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+    return None if local_hop.is_loopback(address) else address

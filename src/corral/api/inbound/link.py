@@ -59,9 +59,9 @@ class Link:
     async def run(self, rest: bytes) -> bool:
         """Serve until both sides are done; True when they ended cleanly."""
         # Hops that stay on this host get a congestion control that does not pace
-        # (network/local_hop.py): the sandbox's slot always, the client when it is on loopback.
+        # (network/local_hop.py): the sandbox's slot always, the client when it is on this host.
         local_hop.unpace(self.upstream)
-        if local_hop.is_loopback(self.peer):
+        if local_hop.on_this_host(self.client):
             local_hop.unpace(self.client)
         requests = asyncio.create_task(self._requests(rest))
         if self.first.by_host:
