@@ -75,7 +75,8 @@ class Network(Protocol):
         ...
 
     async def prepare(self, slot: Slot) -> None:
-        """(Re)give the sandbox namespace's eth0 the inner address and default route."""
+        """(Re)give the sandbox namespace's eth0 the inner address and default route (a slot
+        built for its lease has them: its first ``prepare`` may return at once)."""
         ...
 
     async def traffic(self, slot: Slot) -> Traffic | None:

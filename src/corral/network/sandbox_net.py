@@ -220,10 +220,19 @@ class SlotEgressControl:
         box = SandboxEgress(sandbox_id, layout.slot_ns, policy, ctx)
         if names:
             box.names.load(names)
+        # The rules, the resolver and the proxy side by side (each a thread hop into the slot
+        # namespace): nothing the sandbox sends reaches the two listeners before the rules
+        # mark it, and neither reads what the rules write.
         try:
-            await self._apply(slot, policy, ctx, sandbox_id, box=box, forget_flows=not fresh)
-            await self._resolver.serve(box)
-            await self._proxy.serve(box)
+            results = await asyncio.gather(
+                self._apply(slot, policy, ctx, sandbox_id, box=box, forget_flows=not fresh),
+                self._resolver.serve(box),
+                self._proxy.serve(box),
+                return_exceptions=True,
+            )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
         except BaseException:
             await self._fast.stop(sandbox_id)
             await self._resolver.stop(sandbox_id)

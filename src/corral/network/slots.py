@@ -67,7 +67,9 @@ class SlotNetwork:
     ``lease()`` without an index never picks an index whose namespaces exist: they may belong
     to a running sandbox of a previous daemon that is yet to be adopted with ``lease(index)``.
     ``_known`` holds the indices this instance built or adopted; ``close()`` retries the teardown
-    of those that are not leased.
+    of those that are not leased. ``_configured`` holds the built (not adopted) indices whose
+    sandbox namespace has been given its inner address and has not been ``prepare``d since: the
+    first ``prepare`` of such a slot (its first sandbox's boot) has nothing to do.
     One prefix belongs to one ``SlotNetwork`` at a time (tests use their own prefixes).
     """
 
@@ -89,6 +91,7 @@ class SlotNetwork:
         self._refill: asyncio.Task[None] | None = None
         self._busy: set[int] = set()
         self._known: set[int] = set()
+        self._configured: set[int] = set()
         self._host_rules_ready = False
         self._closed = False
 
@@ -159,6 +162,7 @@ class SlotNetwork:
         async with self._lock:
             spares = sorted(self._spare)
             self._spare.clear()
+            self._configured.difference_update(spares)
             self._busy.update(spares)
         try:
             for index in spares:
@@ -205,6 +209,8 @@ class SlotNetwork:
         )
         async with self._lock:
             self._known.add(index)
+            if not adopt:  # ensure_slot gave the sandbox namespace its inner address
+                self._configured.add(index)
             if not spare:
                 self._leased[index] = slot
                 return slot
@@ -212,6 +218,7 @@ class SlotNetwork:
             if wanted:
                 self._spare[index] = slot
                 return slot
+            self._configured.discard(index)
             self._busy.add(index)
         try:
             await asyncio.to_thread(teardown, layout)
@@ -224,6 +231,9 @@ class SlotNetwork:
     async def prepare(self, slot: Slot) -> None:
         async with self._lock:
             self._check_leased(slot)
+            if slot.index in self._configured:  # built for this lease: nothing stripped it
+                self._configured.discard(slot.index)
+                return
         layout = self._plan.layout(slot.index)
         try:
             await asyncio.to_thread(run_in_netns, layout.sandbox_ns, configure_inner)
@@ -252,6 +262,7 @@ class SlotNetwork:
         async with self._lock:
             self._check_leased(slot)
             del self._leased[slot.index]
+            self._configured.discard(slot.index)
             self._busy.add(slot.index)
         try:
             await asyncio.to_thread(teardown, self._plan.layout(slot.index))

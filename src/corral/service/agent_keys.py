@@ -16,10 +16,10 @@ Where keys live, and why:
   sandbox that the written file does not, and each cost ms on the boot's event loop;
 - in ``<image>/agent.key`` (0600) of every memory image (park, fork, warm template, snapshot),
   written before the checkpoint: restoring the image needs the key its agent has in memory. The
-  runtime fsyncs the whole image, this file with it, before the image is sealed
-  (``images.seal_image``); an unsealed image is never restored. The image holds that agent's
-  memory, key included, so the file beside it reveals nothing more and shares its protection
-  (0600 files under 0700 dirs, never readable by another user).
+  whole image, this file with it, is fsynced before it is sealed into place (by the runtime,
+  or by ``images.seal_image`` itself); an unsealed image is never restored. The image holds
+  that agent's memory, key included, so the file beside it reveals nothing more and shares its
+  protection (0600 files under 0700 dirs, never readable by another user).
 """
 
 from __future__ import annotations

@@ -245,6 +245,7 @@ async def test_prepare_gives_eth0_back_its_address_and_route(
 ) -> None:
     network = networks()
     slot = await network.lease()
+    await network.prepare(slot)  # a slot built for its lease has them already
     servers(slot, "one")
     assert await ask(slot.host_address) == b"one:hello"
 

@@ -96,7 +96,7 @@ class ParkService:
             )
 
     async def park(self, sandbox_id: str) -> SandboxRecord:
-        async with self.sandboxes.lock(sandbox_id):
+        async with self.sandboxes.locked(sandbox_id):
             record = self.sandboxes.get(sandbox_id)
             require_state(record, Action.PARK)
             await self.sandboxes.thaw(sandbox_id)

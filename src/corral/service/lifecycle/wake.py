@@ -57,7 +57,7 @@ class WakeService:
 
     async def wake(self, sandbox_id: str) -> SandboxRecord:
         """Restore a parked sandbox under its own id; waking a running one is a no-op."""
-        async with self.sandboxes.lock(sandbox_id):
+        async with self.sandboxes.locked(sandbox_id):
             record = self.sandboxes.get(sandbox_id)
             if record.state == SandboxState.RUNNING and not record.operation:
                 return record

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 from corral.config import Settings
@@ -63,6 +64,7 @@ from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.secrets import SecretService
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord
+from corral.timing import phase
 
 __all__ = ["SandboxService"]
 
@@ -328,6 +330,17 @@ class SandboxService:
         if lock is None:
             lock = self._locks[sandbox_id] = asyncio.Lock()
         return lock
+
+    @contextlib.asynccontextmanager
+    async def locked(self, sandbox_id: str) -> AsyncIterator[None]:
+        """Hold the sandbox's ``lock``; the wait for it is timed as ``lock wait``."""
+        lock = self.lock(sandbox_id)
+        with phase("lock wait"):
+            await lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def rootfs_of(self, record: SandboxRecord) -> Path:
         """The root the sandbox's memory was made on: its pinned image, else its template's."""
