@@ -168,9 +168,10 @@ class Launcher:
         ``secret_keys``) never go into the boot's configuration: the agent gets them over its
         link. On any failure nothing remains."""
         rootfs = self.templates.image_rootfs(image, template.name)
+        pins = self.templates.pins_for([record.id], template, image)
         with phase("admit"):
-            await self.admission.admit([record])
-        self.templates.pin_image(record.id, template, image)
+            await self.admission.admit([record], pins)  # one commit for the record and its pin
+        self.templates.pinned(pins)
         secret = {k: v for k, v in env.items() if k in record.secret_keys}
         plain = {k: v for k, v in env.items() if k not in secret}
         async with self.sandboxes.lock(record.id):

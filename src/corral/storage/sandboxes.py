@@ -14,8 +14,8 @@ from sqlalchemy import Engine, case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.storage.raw import fetch_all, json_or
-from corral.storage.records import SandboxRecord
-from corral.storage.tables import SandboxRow
+from corral.storage.records import SandboxRecord, TemplatePin
+from corral.storage.tables import SandboxRow, TemplatePinRow
 from corral.timing import phase
 
 
@@ -149,8 +149,9 @@ class SandboxRepository:
     def add(self, record: SandboxRecord) -> None:
         self.add_all([record])
 
-    def add_all(self, records: Sequence[SandboxRecord]) -> None:
-        """Insert ``records`` in one transaction (one durable commit for all, or none)."""
+    def add_all(self, records: Sequence[SandboxRecord], pins: Sequence[TemplatePin] = ()) -> None:
+        """Insert ``records``, and record ``pins`` (their images, as ``TemplateRepository.pin``
+        does), in one transaction (one durable commit for all, or none)."""
         now = time.time()
         with self._sessions.begin() as session:
             session.add_all(
@@ -187,6 +188,8 @@ class SandboxRepository:
                 )
                 for record in records
             )
+            for pin in pins:
+                session.merge(TemplatePinRow(**dataclasses.asdict(pin)))
         for record in records:
             self._changed(None, record)
 

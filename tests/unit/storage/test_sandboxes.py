@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 
 from corral.storage import sandboxes
 from corral.storage.db import Database
-from corral.storage.records import SandboxRecord
+from corral.storage.records import SandboxRecord, TemplatePin
 from corral.storage.tables import SandboxRow
 
 
@@ -124,3 +125,17 @@ def test_update_tells_listeners_before_and_after_and_refuses_what_is_not_a_field
     with pytest.raises(TypeError, match="not sandbox record fields: meta"):
         db.sandboxes.update(BARE.id, meta={})
     assert db.sandboxes.get(BARE.id) == after
+
+
+def test_records_and_their_pins_are_added_in_one_commit(db: Database) -> None:
+    """A new sandbox's record and its pin commit together: both, or (the insert refused)
+    neither."""
+    record = dataclasses.replace(FULL, id="sb-pinned000000", state="creating")
+    pin = TemplatePin(record.id, "py", "sha256:" + "ab" * 32, "/srv", "app")
+    db.sandboxes.add_all([record], [pin])
+    assert db.sandboxes.get(record.id).template == "py"
+    assert db.templates.get_pin(record.id) == pin
+    again = dataclasses.replace(record, id="sb-again0000000")
+    with pytest.raises(IntegrityError):  # the first record once more: the commit fails
+        db.sandboxes.add_all([record, again], [TemplatePin(again.id, "py", "base")])
+    assert db.templates.get_pin(again.id) is None

@@ -42,6 +42,7 @@ from corral.service.sandboxes.host_room import HostRoom
 from corral.service.sandboxes.policy import NetworkPolicies
 from corral.service.templates import TemplateService
 from corral.storage import Database, SandboxRecord
+from corral.storage.records import TemplatePin
 
 __all__ = ["Admission"]
 
@@ -164,9 +165,11 @@ class Admission:
         async with self.lock:
             self.check_quotas(self._live, [record], what)
 
-    async def admit(self, records: Sequence[SandboxRecord]) -> None:
+    async def admit(
+        self, records: Sequence[SandboxRecord], pins: Sequence[TemplatePin] = ()
+    ) -> None:
         """Check capacity and quotas for new records and insert them, atomically with other
-        admissions."""
+        admissions; ``pins`` (the images they are made from) are recorded in the same commit."""
         async with self.lock:
             what = "this sandbox" if len(records) == 1 else f"these {len(records)} sandboxes"
             for record in records[:1]:
@@ -180,7 +183,7 @@ class Admission:
                 snapshot_mib=self._snapshot_mib(),
             )
             self.host.check(sum(1 for r in records if r.state in _BOOTING), what)
-            self.db.sandboxes.add_all(records)  # one commit: all are admitted, or none
+            self.db.sandboxes.add_all(records, pins)  # one commit: all are admitted, or none
 
     async def admit_wake(self, record: SandboxRecord) -> None:
         """Reserve cpu and memory for a parked sandbox about to wake (its image still counts

@@ -222,14 +222,24 @@ class TemplateService:
 
     def pin_images(self, sandbox_ids: Sequence[str], template: TemplateRecord, image: str) -> None:
         """``pin_image`` of several sandboxes (a fork's children) in one commit."""
-        self._db.templates.pin(
-            *(
-                TemplatePin(sandbox_id, template.name, image, template.workdir, template.user)
-                for sandbox_id in sandbox_ids
-            )
-        )
-        for sandbox_id in sandbox_ids:
-            self._defaults[sandbox_id] = (template.workdir, template.user)
+        pins = self.pins_for(sandbox_ids, template, image)
+        self._db.templates.pin(*pins)
+        self.pinned(pins)
+
+    def pins_for(
+        self, sandbox_ids: Sequence[str], template: TemplateRecord, image: str
+    ) -> builtins.list[TemplatePin]:
+        """The pins ``pin_images`` would record, for a caller that commits them with the
+        sandboxes' records (``Admission.admit``); tell ``pinned`` once they are."""
+        return [
+            TemplatePin(sandbox_id, template.name, image, template.workdir, template.user)
+            for sandbox_id in sandbox_ids
+        ]
+
+    def pinned(self, pins: Sequence[TemplatePin]) -> None:
+        """``pins`` are recorded: their sandboxes' exec defaults are known from now on."""
+        for pin in pins:
+            self._defaults[pin.sandbox_id] = (pin.workdir, pin.user)
 
     async def record_warm_image(self, names: builtins.list[str], seal: Callable[[], Path]) -> None:
         """Seal a warm template's memory image and record it on the template's tags, under the
