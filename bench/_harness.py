@@ -32,6 +32,16 @@ IMAGES_DIR = Path(os.environ.get("CORRAL_IMAGES_DIR", "/var/lib/corral/images"))
 BASE_ROOTFS = IMAGES_DIR / "base" / "rootfs"
 
 
+def _terminate_as_interrupt(_sig: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+# A bench stopped with SIGTERM (`timeout`, a CI runner, kill) runs its cleanup like Ctrl-C: the
+# private daemon's sandboxes and the raw runsc containers it made are removed, not left running.
+if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+
+
 def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
@@ -208,8 +218,8 @@ def _stop_daemon(url: str, key: str, process: subprocess.Popen[bytes]) -> None:
         for sbx in listed:
             if sbx["state"] != "killed":
                 httpx.delete(f"{url}/v1/sandboxes/{sbx['id']}", headers=headers, timeout=60)
-    except Exception:
-        pass
+    except Exception as exc:
+        print(f"warning: removing the bench daemon's sandboxes: {exc!r}", file=sys.stderr)
     process.send_signal(signal.SIGTERM)
     process.wait(30)
 
@@ -221,6 +231,7 @@ class RawRunsc:
         self.root = Path(tempfile.mkdtemp(prefix="corral-bench-runsc-"))
         self.counter = 0
         self.bundles: dict[str, Path] = {}
+        self.live: set[str] = set()  # containers started detached and not deleted yet
 
     def _bundle(self, args: list[str]) -> Path:
         self.counter += 1
@@ -282,6 +293,7 @@ class RawRunsc:
         bundle = self._bundle(["sleep", "100000"])
         cid = f"raw{self.counter:05d}"
         self.bundles[cid] = bundle
+        self.live.add(cid)  # before the run: a run cut short may still leave it behind
         subprocess.run(
             [*self._base(), "run", "-detach", "-bundle", str(bundle), cid],
             check=True,
@@ -296,6 +308,7 @@ class RawRunsc:
         bundle = self._bundle(args)
         cid = f"raw{self.counter:05d}"
         self.bundles[cid] = bundle
+        self.live.add(cid)  # before the run: a run cut short may still leave it behind
         subprocess.run(
             [*self._base(), "run", "-detach", "-bundle", str(bundle), cid],
             check=True,
@@ -321,6 +334,7 @@ class RawRunsc:
         cid = f"raw{self.counter:05d}"
         bundle = self.bundles[like]
         self.bundles[cid] = bundle
+        self.live.add(cid)
         started = time.perf_counter()
         restore = ["restore", "-detach", "--image-path", str(image_dir), "-bundle", str(bundle)]
         subprocess.run(
@@ -343,6 +357,12 @@ class RawRunsc:
 
     def delete(self, cid: str) -> None:
         subprocess.run([*self._base(), "delete", "-force", cid], capture_output=True)
+        self.live.discard(cid)
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Delete every container still running (a bench cut short), then the state and
+        bundles; with Ctrl-C and SIGTERM held off, so that nothing is left running."""
+        with signals_held():
+            for cid in sorted(self.live):
+                self.delete(cid)
+            shutil.rmtree(self.root, ignore_errors=True)

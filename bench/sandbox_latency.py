@@ -94,8 +94,10 @@ def main() -> None:
             raw_exec = Figures("raw runsc exec: true", raw_samples)
             exec_rt = Figures("corral exec round trip: true", corral_samples)
             # Memory while both have run the same commands (the floor below runs a Python loop
-            # in the corral sandbox only, whose pages would be counted as the sandbox's own).
-            time.sleep(1)
+            # in the corral sandbox only, whose pages would be counted as the sandbox's own),
+            # once both are idle: 3 s quiet, past the 2 s after which the agent gives back the
+            # heap of a burst (src/corral/agent/go/memory.go).
+            time.sleep(3)
             raw_memory = memory_by_role(pids_matching(raw.process_token(cid)))
             corral_memory = memory_by_role(pids_matching(sbx.id))
             floor = spawn_floor(sbx, max(50, args.runs * 5))

@@ -155,6 +155,17 @@ class AgentConnections:
             raise AgentTransportError(_describe(exc)) from exc
         return _Connection(reader, writer)
 
+    async def prepare(self, connect_timeout: float | None) -> None:
+        """Have an idle connection ready for the next request: open one unless a usable one
+        is idle already (a caller about to ask, e.g. a pool's claimed sandbox whose link
+        expired while it waited, then skips the connect)."""
+        if self._closed:
+            return
+        now = time.monotonic()
+        if any(connection.usable(now) for connection in self._idle):
+            return
+        self._release(await self._connect(connect_timeout))
+
     def _release(self, connection: _Connection) -> None:
         if self._closed or len(self._idle) >= self.max_idle:
             connection.close()

@@ -161,6 +161,15 @@ class AgentTransport:
         (the slot forwards every port the host connects to)."""
         return f"http://{self.host}:{port}"
 
+    async def prepare_link(self) -> None:
+        """Open a connection to the agent now if none is idle, so that the next call skips the
+        connect (a new connection into a gVisor sandbox measured ~1.1 ms more per exec than a
+        kept-alive one). Best effort: a failure here is the next call's to report."""
+        if self._fast is None:
+            return
+        with contextlib.suppress(AgentTransportError):
+            await self._fast.prepare(FOLLOW_TIMEOUT.connect)
+
     def set_key(self, key: str) -> None:
         """Send ``key`` (the agent's, hex) from now on."""
         self._key = key

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = ["CommandError", "CommandResult", "run_command", "stderr_tail"]
@@ -48,6 +49,7 @@ async def run_command(
     stdout: int = subprocess.PIPE,
     stderr: int = subprocess.PIPE,
     check: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> CommandResult:
     """Run ``argv`` with stdin on /dev/null (or the fd ``stdin``); raise ``CommandError`` on
     failure when ``check``.
@@ -55,10 +57,11 @@ async def run_command(
     ``stdout``/``stderr`` may be file descriptors (e.g. a log opened with O_APPEND); then the
     result holds no output for them. ``timeout=None`` waits as long as the command runs (for
     work whose length grows with its input, e.g. a local copy, where the caller can cancel).
+    ``env`` replaces the environment (None: this process's).
     """
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=stdin, stdout=stdout, stderr=stderr
+            *argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env
         )
     except OSError as exc:
         raise CommandError(argv, f"cannot run {argv[0]}: {exc}") from exc

@@ -23,6 +23,7 @@ import ctypes
 import os
 import subprocess
 import threading
+from collections.abc import Mapping
 
 from .host_commands import CommandError
 
@@ -60,14 +61,22 @@ def _hide_net_sysctl() -> None:
     _check(libc.mount(b"none", _NET_SYSCTL, b"tmpfs", 0, None), "mounting tmpfs on /proc/sys/net")
 
 
-def _spawn(argv: list[str], stdin: int, stdout: int, stderr: int) -> subprocess.Popen[bytes]:
+def _spawn(
+    argv: list[str],
+    stdin: int,
+    stdout: int,
+    stderr: int,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` from a fresh thread that has hidden /proc/sys/net; the thread then ends."""
     outcome: list[subprocess.Popen[bytes] | BaseException] = []
 
     def run() -> None:
         try:
             _hide_net_sysctl()
-            outcome.append(subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr))
+            outcome.append(
+                subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env)
+            )
         except BaseException as exc:
             outcome.append(exc)
 
@@ -81,13 +90,19 @@ def _spawn(argv: list[str], stdin: int, stdout: int, stderr: int) -> subprocess.
 
 
 async def run_with_net_sysctl_hidden(
-    argv: list[str], *, stdin: int, stdout: int, stderr: int, timeout: float
+    argv: list[str],
+    *,
+    stdin: int,
+    stdout: int,
+    stderr: int,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
 ) -> None:
     """Run ``argv`` in a mount namespace of its own whose /proc/sys/net is an empty tmpfs;
     raise ``CommandError`` if it cannot start, fails or outlives ``timeout`` (then it is killed:
     only the process started here)."""
     try:
-        proc = _spawn(argv, stdin, stdout, stderr)
+        proc = _spawn(argv, stdin, stdout, stderr, env)
     except OSError as exc:
         raise CommandError(argv, f"cannot run {argv[0]}: {exc}") from exc
     try:

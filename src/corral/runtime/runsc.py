@@ -14,6 +14,9 @@ Quirks handled here (DESIGN.md):
   (gVisor issue 10704): run/restore start in a mount namespace of their own with a tmpfs over
   it, made by system call (``net_sysctl_hidden.py``).
 - ``delete -force`` waits for the sandbox process to vanish: adopted zombies are reaped meanwhile.
+- run/restore start runsc with ``GOMAXPROCS=1``: the gofer they leave behind inherits runsc's
+  environment (the sentry gets none and sizes itself from ``--cpu-num``), and with directfs the
+  gofer is idle after the start, so one P serves it; on 2 CPUs it held 0.4 MiB more per sandbox.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ class NetworkMode:
     """How a container is networked: ``netns_path`` None means ``--network=none``."""
 
     netns_path: str | None = None
+
+
+def _boot_environment() -> dict[str, str]:
+    """runsc's environment for run/restore: this process's, the gofer's Go runtime on one P."""
+    return {**os.environ, "GOMAXPROCS": "1"}
 
 
 def _is_not_found(message: str) -> bool:
@@ -124,13 +132,15 @@ class RunscRunner:
             offset = os.fstat(fd).st_size
             try:
                 with phase(f"runsc {verb}"):
+                    env = _boot_environment()
+                    timeout = self.options.timeout
                     if network.netns_path:
                         await run_with_net_sysctl_hidden(
-                            argv, stdin=stdin, stdout=fd, stderr=fd, timeout=self.options.timeout
+                            argv, stdin=stdin, stdout=fd, stderr=fd, timeout=timeout, env=env
                         )
                     else:
                         await run_command(
-                            argv, stdin=stdin, stdout=fd, stderr=fd, timeout=self.options.timeout
+                            argv, stdin=stdin, stdout=fd, stderr=fd, timeout=timeout, env=env
                         )
             except CommandError as exc:
                 raise RunscError(_log_tail(log_path, offset) or str(exc)) from exc

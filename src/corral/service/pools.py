@@ -15,6 +15,8 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from corral.runtime.agent_client import AgentError
 from corral.service import access
@@ -175,7 +177,13 @@ class PoolService:
                     owner=access.new_owner(),
                 )
         self.schedule(template.name, delay=REFILL_DELAY)
-        if request.env or request.secret_env:
+        if not (request.env or request.secret_env):
+            # The daemon's link to a pooled agent expires while the sandbox waits for a claim
+            # (agent_http.IDLE_EXPIRY): reopen it beside the answer, not in the first call.
+            with contextlib.suppress(CorralError):
+                link = self.sandboxes.agent(record.id, "prepare", record)
+                self._in_background(link.prepare_link())
+        else:
             try:
                 await self.sandboxes.thaw(record.id)
                 await self.sandboxes.agent(record.id, "configure").set_env(
@@ -198,7 +206,10 @@ class PoolService:
                 await self.drain(template)
                 self.schedule(template)
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"pool-refresh-{template}")
+        self._in_background(run(), name=f"pool-refresh-{template}")
+
+    def _in_background(self, work: Coroutine[Any, Any, None], name: str | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

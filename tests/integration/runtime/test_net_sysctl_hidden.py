@@ -61,3 +61,19 @@ def test_a_hung_program_is_killed_at_its_timeout(tmp_path: Path) -> None:
         run(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"], timeout=0.5)
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists()  # killed and reaped
+
+
+def test_the_program_gets_the_environment_it_is_given(tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    with open(seen, "wb") as out:
+        asyncio.run(
+            run_with_net_sysctl_hidden(
+                ["sh", "-c", 'echo "$GOMAXPROCS"'],
+                stdin=subprocess.DEVNULL,
+                stdout=out.fileno(),
+                stderr=out.fileno(),
+                timeout=30.0,
+                env={"PATH": os.environ["PATH"], "GOMAXPROCS": "1"},
+            )
+        )
+    assert seen.read_text() == "1\n"

@@ -104,6 +104,14 @@ async def test_answers_read_to_their_end_reuse_one_connection(start: Start) -> N
     assert server.connections == 1
 
 
+async def test_a_prepared_connection_serves_the_next_request(start: Start) -> None:
+    server, client = await start(lambda _request: fixed(b"ok"))
+    await client.prepare(5.0)
+    await client.prepare(5.0)  # one is idle already: nothing more
+    assert await exchange(client) == (200, b"ok")
+    assert (server.connections, len(server.requests)) == (1, 1)
+
+
 async def test_an_answer_left_unread_or_closing_is_not_reused(start: Start) -> None:
     answers = iter(
         [chunked(b"x" * 10, b"y"), fixed(b"z", extra=b"Connection: close\r\n"), fixed(b"w")]

@@ -24,6 +24,7 @@ from corral.config import Settings
 from corral.network.base import Slot
 from corral.paths import inside
 from corral.runtime.base import Runtime, RuntimeFailure, RuntimeStatus
+from corral.runtime.writeback import writing_back
 from corral.service.crash import crash_point
 from corral.service.errors import CapacityExceeded, OperationFailed
 from corral.service.images import files_mib, host_free_mib, image_size_mib, parked_dir, seal_image
@@ -114,9 +115,11 @@ class ParkService:
             self.db.sandboxes.update(sandbox_id, operation=Operation.PARKING)
             crash_point(self.settings, "park:before-checkpoint")
             try:
-                await self.live.checkpoint(  # fsynced when sealed, with the marker
-                    sandbox_id, partial, leave_running=False, defer_cleanup=True, durable=False
-                )
+                # fsynced when sealed, with the marker; written back to disk as it is written
+                async with writing_back(partial):
+                    await self.live.checkpoint(
+                        sandbox_id, partial, leave_running=False, defer_cleanup=True, durable=False
+                    )
             except RuntimeFailure as exc:
                 await asyncio.to_thread(shutil.rmtree, partial, True)
                 info = await self.runtime.info(sandbox_id)

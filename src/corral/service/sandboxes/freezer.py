@@ -1,6 +1,7 @@
 """Idle freezing: a running sandbox nobody has called for ``freeze_idle_seconds`` is frozen
 (``runsc pause``: its processes stop where they are and it costs no CPU), and thawed before any
-call reaches it (exec, files, a terminal, an inbound connection, park, fork, snapshot).
+call reaches it (exec, files, a terminal, an inbound connection, park, fork, snapshot). A ready
+pool's sandboxes are not frozen (``SandboxService.freeze_if_idle``): a claim answers at once.
 
 Freezing is the cgroup freezer's (``Runtime.freeze``), not ``runsc pause``: gVisor's pause stops
 the sandbox's tasks but not the sentry's own threads, which measured the same host CPU paused as

@@ -23,6 +23,7 @@ from pathlib import Path
 from corral.config import Settings
 from corral.paths import PathEscape, inside
 from corral.runtime.base import Runtime, RuntimeFailure
+from corral.runtime.writeback import writing_back
 from corral.service import access
 from corral.service.crash import crash_point
 from corral.service.create import SandboxCreator
@@ -198,9 +199,11 @@ class SnapshotService:
                     await self.files.capture(source, partial)
                 else:
                     crash_point(self.settings, "snapshot:before-checkpoint")
-                    await self.live.checkpoint(  # fsynced when sealed, with the marker
-                        sandbox_id, partial, leave_running=True, durable=False
-                    )
+                    # fsynced when sealed, with the marker; written back as it is written
+                    async with writing_back(partial):
+                        await self.live.checkpoint(
+                            sandbox_id, partial, leave_running=True, durable=False
+                        )
                 crash_point(self.settings, "snapshot:after-checkpoint")
                 await asyncio.to_thread(seal_image, partial, final, root=self.dir, sync_tree=True)
             except BaseException as exc:
