@@ -151,6 +151,7 @@ class LiveSandboxes:
                 await self._boot(record, rootfs, env, image_dir=image_dir)
         finally:
             self._boots.release()
+            self.network.refill()  # if the boot ended before its sandbox ran (``_run``)
 
     async def _boot(
         self,
@@ -172,7 +173,9 @@ class LiveSandboxes:
             # The record learns its slot in the commit that says it runs (its caller's): a
             # crash before then leaves a slot no record names, which the restart reaps.
             with phase("slot lease"):
-                slot = await self.network.lease()
+                # Its replacement is built once the sandbox runs (``_run``), not beside the
+                # boot's own preparation on the event loop and the host's cores.
+                slot = await self.network.lease(refill=False)
             key = self.keys.issue(record.id)  # kept before any agent has it
             await self._run(record, rootfs, slot, env, key, image_dir)
             if old_key is None:
@@ -219,6 +222,7 @@ class LiveSandboxes:
         awaited = network if image_dir is not None else prepare
 
         def ready() -> Awaitable[None]:
+            self.network.refill()  # the runtime is about to run the sandbox
             return asyncio.shield(awaited)  # the runtime's cancellation leaves the set-up be
 
         try:
