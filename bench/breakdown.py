@@ -12,8 +12,11 @@ and with the same mechanisms, but stamps the clock between the phases:
     ready     the agent answers /health (AgentClient.wait_ready)
     echo      POST /processes?stream=true of `echo hi` until its stdout event
 
-The phases run one after the other here even where the service overlaps them, so each is seen
-on its own. Also measured: ``python -X importtime`` of the agent inside a sandbox (top imports).
+The agent is the one the daemon runs (the ``agent`` setting, ``CORRAL_AGENT``: the static Go
+binary by default, mounted as ``daemon.py`` mounts it). The phases run one after the other here
+even where the service overlaps them (the slot's set-up runs beside the disk and bundle), so each
+is seen on its own. With the Python agent, also measured: ``python -X importtime`` of the agent
+inside a sandbox (top imports).
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from corral.config import Settings
 from corral.daemon import SPARE_SLOTS
 from corral.network.slots import SlotNetwork
 from corral.runtime.agent_client import AgentClient
-from corral.runtime.base import Resources, SandboxSpec
+from corral.runtime.base import AgentMount, Resources, SandboxSpec
 from corral.runtime.bundle import render_config, write_config
 from corral.runtime.cgroups import SandboxCgroups
 from corral.runtime.disk import create_disk, remove_disk
-from corral.runtime.inject import host_agent_mount
+from corral.runtime.inject import go_agent_mount, host_agent_mount
 from corral.runtime.reaper import become_subreaper
 from corral.runtime.runsc import NetworkMode, RunscOptions, RunscRunner
 from corral.service.agent_keys import new_agent_key
@@ -51,6 +55,13 @@ class Stamps:
         now = time.perf_counter()
         self.phases[phase] = (now - self.last) * 1000
         self.last = now
+
+
+def _agent_mount(work: Path) -> AgentMount:
+    """The agent mount the daemon would use (``daemon.py``)."""
+    if Settings().agent == "go":
+        return go_agent_mount(compiled_dir=work / "agent")
+    return host_agent_mount(work / "agent")
 
 
 async def _one(
@@ -73,7 +84,7 @@ async def _one(
             sandbox_id=sid,
             rootfs=rootfs,
             resources=Resources(cpu=1, memory_mib=512, disk_mib=1024),
-            agent=host_agent_mount(work / "agent"),
+            agent=_agent_mount(work),
             netns_path=slot.netns_path,
         )
         write_config(sdir / "bundle", render_config(spec, cgroups_path=cgroups.path_for(cid)))
@@ -194,7 +205,8 @@ async def run_breakdown(runs: int, rootfs: Path) -> None:
             if i >= 2:  # two warm-up runs
                 for name, ms in phases.items():
                     samples[name].append(ms)
-        imports = await _importtime(network, runsc, cgroups, work, rootfs)
+        python = Settings().agent != "go"
+        imports = await _importtime(network, runsc, cgroups, work, rootfs) if python else ""
     finally:
         await network.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -209,9 +221,11 @@ async def run_breakdown(runs: int, rootfs: Path) -> None:
         total += p50
         print(f"  {name:42} {p50:9.2f} {percentile(values, 99):9.2f}")
     print(f"  {'sum of p50s':42} {total:9.2f}")
-    print()
-    for line in _summarise_importtime(imports):
-        print(line)
+    print(f"agent: {'python' if imports else 'go'} (the daemon's, CORRAL_AGENT)")
+    if imports:
+        print()
+        for line in _summarise_importtime(imports):
+            print(line)
 
 
 def breakdown(runs: int, rootfs: Path) -> None:

@@ -171,7 +171,7 @@ class LoopbackNetwork:
     prepared: list[int] = field(default_factory=list)
     counted: dict[int, Traffic] = field(default_factory=dict)
 
-    async def lease(self, index: int | None = None) -> Slot:
+    async def lease(self, index: int | None = None, *, refill: bool = True) -> Slot:
         if index is None:
             free = [i for i in range(1, self.size + 1) if i not in self.leased]
             if not free:
@@ -192,6 +192,9 @@ class LoopbackNetwork:
         self.counted.pop(slot.index, None)
 
     def build_ahead(self, count: int) -> None:
+        return None
+
+    def refill(self) -> None:
         return None
 
     async def close(self) -> None:

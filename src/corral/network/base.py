@@ -70,8 +70,16 @@ class Slot:
 class Network(Protocol):
     """Leases and prepares slots. Safe for concurrent use."""
 
-    async def lease(self, index: int | None = None) -> Slot:
-        """Lease a free slot (a specific one when ``index`` is given, for re-adoption)."""
+    async def lease(self, index: int | None = None, *, refill: bool = True) -> Slot:
+        """Lease a free slot (a specific one when ``index`` is given, for re-adoption). A network
+        that builds slots ahead starts building the leased one's replacement at once, or, with
+        ``refill=False``, only when ``refill()`` is called (a boot calls it once the sandbox
+        runs: the building then competes with nothing of the daemon's on the boot's path)."""
+        ...
+
+    def refill(self) -> None:
+        """Build the slots ahead that leases took, in the background (nothing if there are
+        as many as wanted, or if this network builds none ahead)."""
         ...
 
     async def prepare(self, slot: Slot) -> None:

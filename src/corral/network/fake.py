@@ -49,7 +49,7 @@ class FakeNetwork:
         ``NetworkFailure`` by default)."""
         self._failures[operation] = error or NetworkFailure(f"{operation} failed (injected)")
 
-    async def lease(self, index: int | None = None) -> Slot:
+    async def lease(self, index: int | None = None, *, refill: bool = True) -> Slot:
         async with self._lock:
             self._maybe_fail("lease")
             if self.closed:
@@ -75,6 +75,9 @@ class FakeNetwork:
 
     def build_ahead(self, count: int) -> None:
         self.built_ahead += count
+
+    def refill(self) -> None:
+        pass  # nothing is built ahead
 
     def add_traffic(self, slot: Slot, traffic: Traffic) -> None:
         """The sandbox in ``slot`` moved ``traffic`` (added to the slot's counts)."""

@@ -109,7 +109,7 @@ class SlotNetwork:
         """The slots built ahead and not leased, by index."""
         return [self._spare[index] for index in sorted(self._spare)]
 
-    async def lease(self, index: int | None = None) -> Slot:
+    async def lease(self, index: int | None = None, *, refill: bool = True) -> Slot:
         if index is None and self._spare_target:
             async with self._lock:
                 self._check_open()
@@ -117,13 +117,20 @@ class SlotNetwork:
                 if self._spare:
                     slot = self._spare.pop(min(self._spare))
                     self._leased[slot.index] = slot
-                    self._start_refill()
+                    if refill:
+                        self._start_refill()
                     return slot
             slot = await self._build_slot(None)
-            async with self._lock:
-                self._start_refill()
+            if refill:
+                self.refill()
             return slot
         return await self._build_slot(index)
+
+    def refill(self) -> None:
+        if self._closed or not self._spare_target:
+            return
+        # No _lock needed: one event-loop step, and _fill_spares re-reads the target under it.
+        self._start_refill()
 
     def build_ahead(self, count: int) -> None:
         """Build ``count`` more spares now, in the background, for leases about to come; a

@@ -77,7 +77,8 @@ class SandboxSpec:
     ``network_ready``, when given, is awaited by ``start`` and ``restore`` after the runtime has
     made what the sandbox needs of its own (its disk, its configuration) and before anything of
     the sandbox runs: its caller sets up the slot behind ``netns_path`` (addresses, egress rules)
-    meanwhile, so the two overlap and the sandbox still never runs on a slot that is not ready.
+    meanwhile, so the two overlap and the sandbox still never runs on a slot that is not ready
+    (what "ready" needs is the caller's to say: ``LiveSandboxes._run``).
     If it raises, the boot fails with that error and is undone like any failed boot.
     """
 

@@ -6,7 +6,9 @@ Invariants:
   ``boot_build`` or ``adopt`` and its ``detach`` or ``release_resources``; a failed boot releases
   all it made;
 - every boot, a build's sandbox included, waits its turn in one admission of boots
-  (``max_concurrent_boots``) and goes lease → prepare → egress → start → agent ready;
+  (``max_concurrent_boots``) and goes lease → prepare → start → agent ready, with the egress
+  attached before the start (a restore's) or beside it (a cold boot's, which runs nothing but
+  its agent until the egress is done: ``_run``) and always before the agent is waited for;
 - every agent has a key of its own (``agent_keys.py``): a cold boot is given a new one, a restore
   is rekeyed before anything else is asked of it; a checkpoint puts the key beside the memory;
 - a boot's agent is waited for while the boot progresses (``agents.py``, which also connects,
@@ -149,6 +151,7 @@ class LiveSandboxes:
                 await self._boot(record, rootfs, env, image_dir=image_dir)
         finally:
             self._boots.release()
+            self.network.refill()  # if the boot ended before its sandbox ran (``_run``)
 
     async def _boot(
         self,
@@ -170,7 +173,9 @@ class LiveSandboxes:
             # The record learns its slot in the commit that says it runs (its caller's): a
             # crash before then leaves a slot no record names, which the restart reaps.
             with phase("slot lease"):
-                slot = await self.network.lease()
+                # Its replacement is built once the sandbox runs (``_run``), not beside the
+                # boot's own preparation on the event loop and the host's cores.
+                slot = await self.network.lease(refill=False)
             key = self.keys.issue(record.id)  # kept before any agent has it
             await self._run(record, rootfs, slot, env, key, image_dir)
             if old_key is None:
@@ -196,14 +201,29 @@ class LiveSandboxes:
         image_dir: Path | None,
     ) -> None:
         """Start (or restore ``image_dir`` into) the runtime while the slot is made ready beside
-        it: the runtime makes the disk and configuration, then waits for the slot's addresses
-        and egress (``SandboxSpec.network_ready``) before the sandbox runs. Returns (or raises)
-        only once the slot's set-up has ended too, so a failure never releases a slot that is
-        still being set up."""
-        network = asyncio.create_task(self._ready_slot(record, slot))
+        it: the runtime makes the disk and configuration, then waits for the slot
+        (``SandboxSpec.network_ready``) before the sandbox runs. Returns (or raises) only once
+        the slot's set-up has ended too, so a failure never releases a slot that is still being
+        set up, and a booted sandbox is never handed on without its egress.
+
+        A restore waits for the inner address and the egress (rules, resolver and proxy), as
+        the processes of its memory image run on at once. A cold boot waits for the inner
+        address only (gVisor reads it when it starts), and its egress is set up beside runsc:
+        until this call returns, the only thing running in the sandbox is its agent, which
+        opens no connection (the start command, the secrets and every call of the caller's come
+        after), and the slot as built drops every connection its sandbox opens
+        (``network/firewall.py``), so egress that is not yet attached is closed, not open."""
+        with beside():  # the slot's set-up runs beside the runtime's boot, not inside it
+            prepare = asyncio.create_task(_timed("slot prepare", self.network.prepare(slot)))
+            egress = asyncio.create_task(
+                _timed("egress attach", self.policies.attach(record, slot, fresh=True))
+            )
+        network = asyncio.create_task(_settled(prepare, egress))
+        awaited = network if image_dir is not None else prepare
 
         def ready() -> Awaitable[None]:
-            return asyncio.shield(network)  # the runtime's cancellation leaves the set-up be
+            self.network.refill()  # the runtime is about to run the sandbox
+            return asyncio.shield(awaited)  # the runtime's cancellation leaves the set-up be
 
         try:
             if image_dir is None:
@@ -211,26 +231,13 @@ class LiveSandboxes:
             else:
                 spec = self.spec_for(record, rootfs, slot, env, network_ready=ready)
                 await self.runtime.restore(spec, image_dir)
-            await network  # at once, unless the runtime did not wait for it
+            with phase("egress wait"):
+                await network  # at once, unless the runtime did not wait for all of it
         except BaseException:
             await asyncio.wait({network})
             if not network.cancelled():
                 network.exception()  # retrieved: the runtime's error is the one raised
             raise
-
-    async def _ready_slot(self, record: SandboxRecord, slot: Slot) -> None:
-        """The inner address (sandbox namespace) and the egress (rules, resolver and proxy in the
-        slot namespace; the sandbox runs only once it is done) side by side: neither reads what
-        the other writes. A failure is raised once the other has ended too."""
-        with beside():  # runs beside the runtime's boot, not inside it
-            results = await asyncio.gather(
-                _timed("slot prepare", self.network.prepare(slot)),
-                _timed("egress attach", self.policies.attach(record, slot, fresh=True)),
-                return_exceptions=True,
-            )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
 
     async def boot_build(
         self, sandbox_id: str, rootfs: Path, resources: Resources, policy: EgressPolicy
@@ -410,6 +417,15 @@ class LiveSandboxes:
         if not self.agent_mount.tools:
             raise OperationFailed("no interpreter is injected to run snapshot tools with")
         return list(self.agent_mount.tools)
+
+
+async def _settled(*steps: asyncio.Task[None]) -> None:
+    """Wait for all of ``steps`` (cancelling them if cancelled), then raise the first failure:
+    a failure is raised only once the others have ended too."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 async def _timed(name: str, work: Awaitable[None]) -> None:
