@@ -16,7 +16,8 @@ What each clock covers:
 - exec round trip: one `exec(["true"])` to its exit code; raw: one `runsc exec`.
 
 ``--breakdown`` times the phases of create instead, driving the mechanisms directly (see
-``breakdown.py``), and measures the agent's imports inside a sandbox.
+``breakdown.py``) with the daemon's agent, and the Python agent's imports inside a sandbox when
+that is the agent.
 """
 
 from __future__ import annotations
