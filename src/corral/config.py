@@ -104,6 +104,10 @@ class Settings(BaseSettings):
     # static binary scripts/setup builds from src/corral/agent/go) or "python" (src/corral/agent,
     # on the host's interpreter). Both speak the same protocol.
     agent: Literal["python", "go"] = "go"
+    # The Go agent's binary (default: the one scripts/setup builds in the source tree). The
+    # daemon keeps a copy of every build it ran under data_dir/agent/go, by content, so sandboxes
+    # parked before a rebuild wake on the build they started from (runtime/inject.py).
+    agent_binary: Path | None = None
     # A running sandbox nobody called for this long is frozen (costs no CPU) and thawed before
     # the next call reaches it (docs/lifecycle.md); 0 never freezes.
     freeze_idle_seconds: float = Field(default=30.0, ge=0)

@@ -49,9 +49,9 @@ def open_workspace(settings: Settings) -> Workspace:
         )
 
     if settings.agent == "go":
-        agent = go_agent_mount(compiled_dir=settings.data_dir / "agent")
+        agent = go_agent_mount(settings.data_dir / "agent", binary=settings.agent_binary)
     else:
-        agent = host_agent_mount(compiled_dir=settings.data_dir / "agent")
+        agent = host_agent_mount(settings.data_dir / "agent", go_binary=settings.agent_binary)
 
     async def close_network() -> None:
         # After the workspace has closed the sandboxes' egress (Workspace.stop).

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
 
 from corral import Sandbox
+from corral.runtime.inject import GO_AGENT_BINARY
 from tests.e2e.conftest import (
     Daemon,
     free_subnet,
@@ -84,4 +87,47 @@ def test_a_sandbox_parked_under_one_agent_wakes_under_the_other(tmp_path) -> Non
     finally:
         for daemon in reversed(started):
             stop_daemon(daemon)
+        assert not leftover_namespaces(prefix)
+
+
+def test_a_sandbox_parked_before_the_agent_was_rebuilt_wakes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An upgrade rebuilds the agent in place; a sandbox parked before it maps the old build in
+    its memory image. Its wake under the next daemon (here: the binary rewritten with other
+    code bytes, as a rebuild does) resumes it on the build it started from, processes and all;
+    before the daemon kept its builds, that wake failed (the agent stopped at once)."""
+    binary = tmp_path / "corral-agent"
+    shutil.copyfile(GO_AGENT_BINARY, binary)
+    binary.chmod(0o755)
+    prefix = "cu" + secrets.token_hex(2)
+    data = tmp_path / "data"
+    subnet = free_subnet()
+    env = {"CORRAL_AGENT_BINARY": str(binary)}
+    first = start_daemon(data, prefix, subnet, extra_env=env)
+    try:
+        sbx = Sandbox.create(url=first.url, api_key=first.key)
+        bg = sbx.exec_background("sleep 1000")
+        sbx.park()
+        stop_daemon(first, kill_sandboxes=False)
+
+        # "Rebuilt": the same size, the middle of its code different (the new build is never
+        # run here: a sandbox made now would run it).
+        code = bytearray(binary.read_bytes())
+        middle = len(code) // 2
+        code[middle : middle + 65536] = bytes(b ^ 0xFF for b in code[middle : middle + 65536])
+        rebuilt = tmp_path / "corral-agent.new"
+        rebuilt.write_bytes(bytes(code))
+        rebuilt.chmod(0o755)
+        os.replace(rebuilt, binary)
+
+        second = start_daemon(data, prefix, subnet, extra_env=env)
+        try:
+            again = Sandbox.connect(sbx.id, url=second.url, api_key=second.key)
+            again.wake()
+            assert any(p.pid == bg.pid and p.running for p in again.processes())
+            assert again.exec("echo back").stdout == "back\n"
+            again.kill()
+        finally:
+            stop_daemon(second)
+    finally:
+        stop_daemon(first)
         assert not leftover_namespaces(prefix)

@@ -28,9 +28,11 @@ import importlib
 import importlib.util
 import marshal
 import os
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -207,20 +209,71 @@ def build_agent_mount(
 
 
 GO_AGENT_BINARY = Path(__file__).resolve().parent.parent / "agent" / "go" / "corral-agent"
+# Where sandboxes made before builds were kept run the agent from (their memory images map it
+# there); it holds the current build, which is the same file as long as the agent is unchanged.
 GO_AGENT_TARGET = f"{PREFIX}/agent/corral-agent"
+# Every build of the Go agent this daemon ever ran, one directory each by content: a memory image
+# (park, fork, snapshot, warm template) maps the build its agent was started from, which is still
+# here after an upgrade rebuilt the agent, so the image restores.
+GO_AGENT_BUILDS = f"{PREFIX}/agent/builds"
+
+
+def keep_go_agent(binary: Path, compiled_dir: Path) -> str:
+    """Keep a copy of ``binary`` under ``compiled_dir/go/<digest>/corral-agent`` (made once,
+    whole or not at all, never changed after) and return its digest.
+
+    gVisor restores a memory image's file mappings from the files at the same paths: a sandbox
+    parked before ``scripts/setup`` rebuilt the agent in place found the new binary under its
+    old pages and never answered again (its wake failed). Kept builds are never removed by the
+    daemon (a few MiB each; a new one only when the agent changes)."""
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()[:16]
+    builds = compiled_dir / "go"
+    home = builds / digest
+    if (home / "corral-agent").is_file():
+        return digest
+    builds.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=builds, prefix=".partial-"))
+    try:
+        kept = partial / "corral-agent"
+        shutil.copyfile(binary, kept)
+        kept.chmod(0o755)
+        with open(kept, "rb") as fh:
+            os.fsync(fh.fileno())
+        partial.chmod(0o755)
+        try:
+            partial.rename(home)
+        except OSError:
+            if not (home / "corral-agent").is_file():  # not another daemon's copy: a failure
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return digest
 
 
 def host_agent_mount(compiled_dir: Path, go_binary: Path | None = None) -> AgentMount:
     """The Python agent's mount (this host's interpreter and ``corral.agent``, built into
-    ``compiled_dir``), with the Go agent's binary mounted beside it when it is built
+    ``compiled_dir``), with the Go agent's builds mounted beside it when it is built
     (``go_agent_mount`` says why)."""
     python = build_agent_mount(compiled_dir=compiled_dir)
     path = (go_binary or GO_AGENT_BINARY).resolve()
     if not (path.is_file() and os.access(path, os.X_OK)):
         return python
-    return AgentMount(
-        mounts=(*python.mounts, (str(path), GO_AGENT_TARGET)), argv=python.argv, tools=python.tools
+    digest = keep_go_agent(path, compiled_dir)
+    builds = compiled_dir / "go"
+    mounts = (
+        *python.mounts,
+        (str(builds / digest / "corral-agent"), GO_AGENT_TARGET),
+        (str(builds), GO_AGENT_BUILDS),
     )
+    return AgentMount(mounts=mounts, argv=python.argv, tools=python.tools)
+
+
+def go_agent_argv(mount: AgentMount) -> tuple[str, ...]:
+    """The Go agent's command line in a sandbox with ``mount``: its current kept build."""
+    for source, target in mount.mounts:
+        if target == GO_AGENT_TARGET:
+            return (f"{GO_AGENT_BUILDS}/{Path(source).parent.name}/corral-agent",)
+    raise InjectError("the agent mount has no Go agent")
 
 
 def go_agent_mount(compiled_dir: Path, binary: Path | None = None) -> AgentMount:
@@ -241,4 +294,4 @@ def go_agent_mount(compiled_dir: Path, binary: Path | None = None) -> AgentMount
             "builds it (or scripts/build-agent), or set CORRAL_AGENT=python"
         )
     both = host_agent_mount(compiled_dir, go_binary=path)
-    return AgentMount(mounts=both.mounts, argv=(GO_AGENT_TARGET,), tools=both.tools)
+    return AgentMount(mounts=both.mounts, argv=go_agent_argv(both), tools=both.tools)

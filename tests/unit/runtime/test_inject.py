@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import subprocess
@@ -192,8 +193,12 @@ def test_both_agents_get_the_same_mounts_and_the_tools_interpreter(tmp_path: Pat
     python = host_agent_mount(tmp_path / "rt", go_binary=binary)
     go = go_agent_mount(tmp_path / "rt", binary=binary)
     assert go.mounts == python.mounts
-    assert (str(binary), "/.corral/agent/corral-agent") in go.mounts
-    assert go.argv == ("/.corral/agent/corral-agent",)
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()[:16]
+    kept = tmp_path / "rt" / "go" / digest / "corral-agent"
+    assert kept.read_bytes() == binary.read_bytes()
+    assert (str(kept), "/.corral/agent/corral-agent") in go.mounts
+    assert (str(tmp_path / "rt" / "go"), "/.corral/agent/builds") in go.mounts
+    assert go.argv == (f"/.corral/agent/builds/{digest}/corral-agent",)
     assert python.argv[-1] == "/.corral/agent/agent.py"
     tools = ("/.corral/ld.so", "--library-path", "/.corral/lib", "/.corral/py/bin/python3")
     assert go.tools == python.tools == (*tools, "-I", "-S")
@@ -204,3 +209,26 @@ def test_the_python_agent_goes_without_an_unbuilt_go_binary(tmp_path: Path) -> N
     assert [d for _, d in mount.mounts if d.endswith("corral-agent")] == []
     with pytest.raises(InjectError, match="scripts/setup"):
         go_agent_mount(tmp_path / "rt", binary=tmp_path / "absent")
+
+
+def test_a_rebuilt_go_agent_keeps_the_builds_memory_images_map(tmp_path: Path) -> None:
+    """A parked sandbox's memory image maps the agent build it started from: after a rebuild
+    (an upgrade) that build is still mounted where the image has it, beside the new one, which
+    new sandboxes run; the mounts stay the same set, so old and new images both restore."""
+    binary = tmp_path / "corral-agent"
+    binary.write_bytes(b"\x7fELF build one")
+    binary.chmod(0o755)
+    first = go_agent_mount(tmp_path / "rt", binary=binary)
+    binary.write_bytes(b"\x7fELF build two, rebuilt in place")
+    second = go_agent_mount(tmp_path / "rt", binary=binary)
+    assert [t for _, t in first.mounts] == [t for _, t in second.mounts]
+    assert first.argv != second.argv
+    builds = tmp_path / "rt" / "go"
+    for mount, content in ((first, b"\x7fELF build one"), (second, b"\x7fELF build two")):
+        in_sandbox = mount.argv[0].removeprefix("/.corral/agent/builds/")
+        assert (builds / in_sandbox).read_bytes().startswith(content)
+    assert sorted(p.name for p in builds.iterdir()) == sorted(
+        a.argv[0].split("/")[-2] for a in (first, second)
+    )  # nothing half-made left beside them
+    again = go_agent_mount(tmp_path / "rt", binary=binary)
+    assert again == second  # kept once, not copied again
