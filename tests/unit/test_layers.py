@@ -16,7 +16,7 @@ import corral
 SRC = Path(corral.__file__).parent
 
 # Shared foundations any daemon layer may use; they import nothing of the layers.
-FOUNDATIONS = {"at_rest", "config", "errcodes", "paths", "timing"}
+FOUNDATIONS = {"at_rest", "config", "errcodes", "http1", "paths", "timing"}
 MECHANISMS = {"runtime", "network", "images", "storage"}
 EDGES = {"api", "cli", "sdk", "mcp", "e2b", "console"}
 
@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": {"sdk"},  # ``from corral import Sandbox``: the package's face is the SDK
     "agent": set(),  # runs inside the sandbox: nothing of the daemon
     "interpreter": set(),  # the code interpreter's server, inside the sandbox too
-    "sdk": {"errcodes"},  # a client library: no daemon code
+    "sdk": {"errcodes", "http1"},  # a client library: no daemon code
     "mcp": {"sdk"},  # goes through the SDK
     "cli": {"sdk", "mcp", "api"},  # ``corral serve`` starts the daemon (api.server) lazily
     # The HTTP host of the daemon's edges: it mounts the E2B front, the console and MCP's HTTP.

@@ -17,7 +17,7 @@ from urllib.parse import quote_from_bytes, urlsplit
 
 import httpx
 
-from corral.sdk import _http1
+from corral import http1 as _http1
 from corral.sdk._exec_wire import parse_event
 from corral.sdk.errors import APIError, ConnectionFailed, RateLimited, error_from_response
 from corral.sdk.models import ProcessEvent
@@ -91,7 +91,10 @@ def _plain_connections(url: str, transport: object | None) -> tuple[_http1.Conne
         return None  # httpx reports the bad URL
     if not parts.hostname or parts.username is not None or parts.query or parts.fragment:
         return None
-    return _http1.Connections(parts.hostname, port), parts.path.rstrip("/")
+    # Reused for at most 4 s: under the daemon's own keep-alive (5 s by default), so the daemon
+    # does not close a connection as a request goes out on it.
+    connections = _http1.Connections(parts.hostname, port, max_idle=8, idle_expiry=4.0)
+    return connections, parts.path.rstrip("/")
 
 
 class HTTPSession:
@@ -189,7 +192,11 @@ class HTTPSession:
         held: list[ProcessEvent] = []
         try:
             async with connections.request(
-                "POST", base + path, self._plain_headers, payload
+                "POST",
+                base + path,
+                self._plain_headers,
+                payload,
+                connect_timeout=STREAM_TIMEOUT.connect,
             ) as answer:
                 if answer.status >= 400:
                     raise _plain_error(answer.status, await answer.read(MAX_ERROR_BODY), answer)

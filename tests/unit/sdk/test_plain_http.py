@@ -1,5 +1,5 @@
 """Exec streams and JSON requests to a plain-``http://`` daemon go through the SDK's own HTTP/1.1
-client (``corral.sdk._http1``), not httpx: against the real app behind a real server on
+client (``corral.http1``), not httpx: against the real app behind a real server on
 loopback, and against hostile answers."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from corral import http1 as _http1
 from corral.sdk import (
     AsyncClient,
     ConnectionFailed,
     ExecFailed,
     NotFound,
     RateLimited,
-    _http1,
 )
 from tests.unit.conftest import Served
 

@@ -1,24 +1,25 @@
-"""A small asyncio HTTP/1.1 client for the SDK's hot calls to a plain-``http://`` daemon.
+"""A small asyncio HTTP/1.1 client: the daemon's link to its agents and the SDK's hot calls to a
+plain-``http://`` daemon.
 
-Why not httpx here: an exec is one request and a short NDJSON stream, and httpx with httpcore
+Why not httpx there: an exec is one request and a short NDJSON stream, and httpx with httpcore
 (request and URL models, cookies, auth and redirect layers, the pool's bookkeeping, anyio
-streams, h11) was 2.3 ms of the client's CPU per ``Sandbox.exec`` of ``true`` (py-spy, 300
-execs), as much as the daemon's own share of the round trip. The daemon's answers are a small,
-known subset of HTTP/1.1, so this client does only that: one request at a time per connection,
-a body given whole, an answer framed by ``Content-Length``, ``chunked``, or the connection's end.
-`HTTPSession` uses it only when nothing needs httpx (`corral.sdk.plainhttp.plain_http_usable`:
-plain ``http://``, no proxy in the environment, no custom transport); the rest stays on httpx.
+streams, h11) was about a quarter of the daemon's CPU per exec in a py-spy profile, and 2.3 ms of
+the SDK's CPU per ``Sandbox.exec`` of ``true``. The agent (``docs/agent-protocol.md``) and the
+daemon answer a small, known subset of HTTP/1.1, so this client does only that: one request at
+a time per connection, a body given whole, an answer framed by ``Content-Length``, ``chunked``,
+or the connection's end. It imports nothing of corral: the runtime (``runtime/agent_http.py``)
+and the SDK (``sdk/_http.py``, only when nothing needs httpx) both use it.
 
 Connections are kept alive: one goes back to the idle set only after its answer was read to the
 end (and neither side said ``Connection: close``); an answer left unread closes its connection.
-An idle connection is reused for at most ``IDLE_EXPIRY`` seconds, less than the daemon's own
-keep-alive (5 s by default), so the daemon does not close one as a request goes out on it.
-Nothing is retried: a request that failed may have reached the daemon.
+An idle connection older than the pool's ``idle_expiry`` or one whose peer has closed it is
+dropped rather than reused. Nothing is retried: a request that failed may have reached the peer.
 
-Bounds (a daemon is a remote peer): the answer's head is at most ``MAX_HEAD`` bytes, a chunk-size
-line at most that too; how much body a caller takes is the caller's bound.
+Bounds (the peer's answers are hostile input: an agent runs inside a sandbox): the answer's
+head is at most ``MAX_HEAD`` bytes, a chunk-size line at most that too; how much body a caller
+takes is the caller's bound (``Answer.read(limit)``, ``Answer.lines(max_line)``).
 
-Every failure to connect raises ``ConnectFailed``; every later failure to send or to read a
+A failure to connect raises ``ConnectFailed``; every other failure to send or to read a
 well-formed answer ``HTTP1Error`` (its base class).
 """
 
@@ -29,22 +30,14 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-__all__ = [
-    "IDLE_EXPIRY",
-    "MAX_HEAD",
-    "Answer",
-    "ConnectFailed",
-    "Connections",
-    "HTTP1Error",
-]
+__all__ = ["MAX_HEAD", "Answer", "ConnectFailed", "Connections", "HTTP1Error"]
 
 MAX_HEAD = 64 * 1024
-IDLE_EXPIRY = 4.0
 _READ_PIECE = 64 * 1024
 
 
 class HTTP1Error(Exception):
-    """No well-formed answer: reset, cut short or malformed (after the connection was made)."""
+    """No well-formed answer: refused, reset, timed out, cut short or malformed."""
 
 
 class ConnectFailed(HTTP1Error):
@@ -52,14 +45,17 @@ class ConnectFailed(HTTP1Error):
 
 
 class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle_expiry: float
+    ) -> None:
         self.reader = reader
         self.writer = writer
+        self.idle_expiry = idle_expiry
         self.idle_since = 0.0
 
     def usable(self, now: float) -> bool:
         return (
-            now - self.idle_since < IDLE_EXPIRY
+            now - self.idle_since < self.idle_expiry
             and not self.writer.is_closing()
             and not self.reader.at_eof()
         )
@@ -67,18 +63,23 @@ class _Connection:
     def close(self) -> None:
         self.writer.close()
 
+    def abort(self) -> None:
+        """Drop the connection now, unsent bytes and all: a reader waiting on it wakes."""
+        self.writer.transport.abort()
+
 
 class Answer:
     """One answer: ``status``, ``headers`` (names lower-cased) and the body, read once with
-    ``chunks()``, ``lines()`` or ``read()``. ``complete`` once the body was read to its end."""
+    ``chunks()`` or ``read()``. ``complete`` once the body has been read to its end."""
 
     def __init__(self, connection: _Connection, method: str, status: int, headers: dict[str, str]):
         self.status = status
         self.headers = headers
-        self._reader = connection.reader
+        self._connection = connection
         self.complete = False
         self.reusable = "close" not in headers.get("connection", "").lower()
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        encoding = headers.get("transfer-encoding", "").lower()
+        self._chunked = "chunked" in encoding
         self._length: int | None = None
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             self._length = 0
@@ -93,7 +94,7 @@ class Answer:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body in pieces as they arrive (never an empty piece)."""
-        reader = self._reader
+        reader = self._connection.reader
         try:
             if self._chunked:
                 while True:
@@ -137,34 +138,45 @@ class Answer:
         if pending:
             yield pending
 
-    async def read(self, limit: int) -> bytes:
-        """The whole body; ``HTTP1Error`` if it passes ``limit`` bytes."""
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body; ``HTTP1Error`` if it passes ``limit`` bytes (None: the caller
+        bounds it otherwise)."""
         parts, size = [], 0
         async for piece in self.chunks():
             size += len(piece)
-            if size > limit:
+            if limit is not None and size > limit:
                 raise HTTP1Error(f"the answer passed {limit} bytes")
             parts.append(piece)
         return b"".join(parts)
 
 
 class Connections:
-    """Kept-alive connections to one daemon at ``host``:``port``; usable from any coroutine of
-    one event loop (each request holds its own connection)."""
+    """Kept-alive connections to one server at ``host``:``port``; usable from any coroutine of
+    one event loop (each request holds its own connection). An idle connection is reused for at
+    most ``idle_expiry`` seconds (keep it under the server's own keep-alive). ``aclose()``
+    closes them all, the ones a request is using too: a stream from a peer that is going away
+    ends at once rather than waiting on one that may never answer or reset again."""
 
-    def __init__(self, host: str, port: int, *, max_idle: int = 8) -> None:
+    def __init__(
+        self, host: str, port: int, *, max_idle: int = 16, idle_expiry: float = 30.0
+    ) -> None:
         self.host = host
         self.port = port
         self.max_idle = max_idle
+        self.idle_expiry = idle_expiry
         self._authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
         self._closed = False
 
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
+        busy, self._busy = self._busy, set()
         for connection in idle:
             connection.close()
+        for connection in busy:
+            connection.abort()
 
     async def _connect(self, connect_timeout: float | None) -> _Connection:
         now = time.monotonic()
@@ -180,7 +192,18 @@ class Connections:
             raise ConnectFailed(f"connecting timed out after {connect_timeout:g} s") from exc
         except OSError as exc:
             raise ConnectFailed(_describe(exc)) from exc
-        return _Connection(reader, writer)
+        return _Connection(reader, writer, self.idle_expiry)
+
+    async def prepare(self, connect_timeout: float | None) -> None:
+        """Have an idle connection ready for the next request: open one unless a usable one
+        is idle already (a caller about to ask, e.g. a pool's claimed sandbox whose link
+        expired while it waited, then skips the connect)."""
+        if self._closed:
+            return
+        now = time.monotonic()
+        if any(connection.usable(now) for connection in self._idle):
+            return
+        self._release(await self._connect(connect_timeout))
 
     def _release(self, connection: _Connection) -> None:
         if self._closed or len(self._idle) >= self.max_idle:
@@ -197,15 +220,20 @@ class Connections:
         headers: dict[str, str],
         body: bytes = b"",
         *,
-        connect_timeout: float | None = 10.0,
+        connect_timeout: float | None = 5.0,
+        head_timeout: float | None = None,
     ) -> AsyncIterator[Answer]:
-        """Send one request and yield its answer once its head has arrived. Read the body
-        inside the block: the connection is kept for the next request only if it was read to
-        the end."""
+        """Send one request and yield its answer once its head has arrived (within
+        ``head_timeout`` of sending, if given). Read the body inside the block: the connection
+        is kept for the next request only if it was read to the end."""
         if self._closed:
             raise HTTP1Error("the client is closed")
         connection = await self._connect(connect_timeout)
+        self._busy.add(connection)
         answer: Answer | None = None
+        closing = any(
+            k.lower() == "connection" and v.lower() == "close" for k, v in headers.items()
+        )
         try:
             lines = [f"{method} {target} HTTP/1.1", f"Host: {self._authority}"]
             lines += [f"{name}: {value}" for name, value in headers.items()]
@@ -213,14 +241,20 @@ class Connections:
                 lines.append(f"Content-Length: {len(body)}")
             head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
             try:
-                connection.writer.write(head + body)
-                await connection.writer.drain()
-                answer = await _read_head(connection, method)
+                connection.writer.write(head + body if len(body) < _READ_PIECE else head)
+                if len(body) >= _READ_PIECE:
+                    connection.writer.write(body)
+                    await connection.writer.drain()
+                async with asyncio.timeout(head_timeout):
+                    answer = await _read_head(connection, method)
+            except TimeoutError as exc:
+                raise HTTP1Error(f"no answer within {head_timeout:g} s") from exc
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
                 raise HTTP1Error(_describe(exc)) from exc
             yield answer
         finally:
-            if answer is not None and answer.complete and answer.reusable:
+            self._busy.discard(connection)
+            if answer is not None and answer.complete and answer.reusable and not closing:
                 self._release(connection)
             else:
                 connection.close()
