@@ -185,6 +185,9 @@ class Connections:
             if connection.usable(now):
                 return connection
             connection.close()
+        return await self._open(connect_timeout)
+
+    async def _open(self, connect_timeout: float | None) -> _Connection:
         try:
             async with asyncio.timeout(connect_timeout):
                 reader, writer = await asyncio.open_connection(self.host, self.port, limit=MAX_HEAD)
@@ -241,12 +244,25 @@ class Connections:
                 lines.append(f"Content-Length: {len(body)}")
             head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
             try:
-                connection.writer.write(head + body if len(body) < _READ_PIECE else head)
-                if len(body) >= _READ_PIECE:
-                    connection.writer.write(body)
-                    await connection.writer.drain()
-                async with asyncio.timeout(head_timeout):
-                    answer = await _read_head(connection, method)
+                while True:
+                    try:
+                        connection.writer.write(head + body if len(body) < _READ_PIECE else head)
+                        if len(body) >= _READ_PIECE:
+                            connection.writer.write(body)
+                            await connection.writer.drain()
+                        async with asyncio.timeout(head_timeout):
+                            answer = await _read_head(connection, method)
+                        break
+                    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+                        if not _stale(connection, exc):
+                            raise
+                        # A kept-alive connection its peer had closed (an agent restarted, a
+                        # server's keep-alive ran out) before the loop saw it: nothing of the
+                        # answer came, so the request was not taken. Once more, on a new one.
+                        self._busy.discard(connection)
+                        connection.close()
+                        connection = await self._open(connect_timeout)
+                        self._busy.add(connection)
             except TimeoutError as exc:
                 raise HTTP1Error(f"no answer within {head_timeout:g} s") from exc
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
@@ -258,6 +274,16 @@ class Connections:
                 self._release(connection)
             else:
                 connection.close()
+
+
+def _stale(connection: _Connection, exc: BaseException) -> bool:
+    """Whether ``exc`` says the peer had closed ``connection`` while it was idle: it was reused
+    (a new one has never been idle) and not one byte of an answer came on it."""
+    if connection.idle_since == 0.0:
+        return False
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return not exc.partial
+    return isinstance(exc, (ConnectionResetError, BrokenPipeError))
 
 
 async def _exactly(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:

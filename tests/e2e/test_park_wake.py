@@ -130,7 +130,7 @@ def last_tick(process: Process) -> int:
 
 
 # The agent's own program, as /proc/1/cmdline shows it in the sandbox.
-AGENT_PROGRAMS = {"go": "/.corral/agent/corral-agent", "python": "/.corral/agent/agent.py"}
+AGENT_PROGRAMS = {"go": "/.corral/agent/builds/", "python": "/.corral/agent/agent.py"}
 
 
 @pytest.mark.parametrize("agent", ["go", "python"])

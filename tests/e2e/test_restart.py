@@ -73,7 +73,7 @@ def test_a_sandbox_parked_under_one_agent_wakes_under_the_other(tmp_path) -> Non
         assert "/.corral/agent/agent.py" in agent_of(on_python)
         assert any(p.pid == sleeper.pid and p.running for p in on_python.processes())
         on_go = Sandbox.create(url=second.url, api_key=second.key, memory_mib=128)
-        assert "/.corral/agent/corral-agent" in agent_of(on_go)
+        assert "/.corral/agent/builds/" in agent_of(on_go)
         on_go.files.write("/tmp/kept.txt", "kept")
         on_go.park()
         stop_daemon(second, kill_sandboxes=False)
@@ -81,7 +81,7 @@ def test_a_sandbox_parked_under_one_agent_wakes_under_the_other(tmp_path) -> Non
         third = daemon_with("python")
         on_go = Sandbox.connect(on_go.id, url=third.url, api_key=third.key)
         assert on_go.wake().state == "running"
-        assert "/.corral/agent/corral-agent" in agent_of(on_go)
+        assert "/.corral/agent/builds/" in agent_of(on_go)
         assert on_go.files.read("/tmp/kept.txt") == b"kept"
         assert on_go.exec("echo back").stdout == "back\n"
     finally:

@@ -148,6 +148,8 @@ class HTTPSession:
         """`request` through `_http1`: the whole exchange within the timeout's ``read`` (None:
         unbounded), the answer at most ``MAX_ANSWER`` bytes."""
         assert self._plain is not None
+        if not isinstance(timeout, httpx.Timeout):  # callers may give seconds, as httpx takes
+            timeout = httpx.Timeout(timeout)
         connections, base = self._plain
         if params:
             path = f"{path}?{encode_query(params)}"
