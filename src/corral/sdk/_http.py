@@ -79,6 +79,18 @@ def encode_query(params: Mapping[str, Any] | list[tuple[str, Any]]) -> str:
     return "&".join(parts)
 
 
+def _hold_or_pass(line: str | bytes, held: list[ProcessEvent]) -> ProcessEvent | None:
+    """The event of one NDJSON line of an exec stream to hand out now, or None: a blank line,
+    or an event held until the stream has ended (the exit and anything after it)."""
+    if not line.strip():
+        return None
+    event = parse_event(json.loads(line))
+    if held or event.type == "exit":
+        held.append(event)
+        return None
+    return event
+
+
 def _plain_connections(url: str, transport: object | None) -> tuple[_http1.Connections, str] | None:
     """Kept-alive plain-HTTP connections to the daemon at `url` and its base path, when nothing
     needs httpx (`plain_http_usable`)."""
@@ -203,12 +215,8 @@ class HTTPSession:
                 if answer.status >= 400:
                     raise _plain_error(answer.status, await answer.read(MAX_ERROR_BODY), answer)
                 async for line in answer.lines(MAX_EVENT_LINE):
-                    if line.strip():
-                        event = parse_event(json.loads(line))
-                        if held or event.type == "exit":
-                            held.append(event)
-                        else:
-                            yield event
+                    if (passed := _hold_or_pass(line, held)) is not None:
+                        yield passed
         except _http1.ConnectFailed as exc:
             raise ConnectionFailed.unreachable(self.url, str(exc)) from exc
         except _http1.HTTP1Error as exc:
@@ -319,12 +327,8 @@ class HTTPSession:
         held: list[ProcessEvent] = []
         try:
             async for line in response.aiter_lines():
-                if line.strip():
-                    event = parse_event(json.loads(line))
-                    if held or event.type == "exit":
-                        held.append(event)
-                    else:
-                        yield event
+                if (passed := _hold_or_pass(line, held)) is not None:
+                    yield passed
         except httpx.TransportError as exc:
             if not held:
                 raise self._broken(exc) from exc
