@@ -234,10 +234,13 @@ async def test_exec_timeout_holds_when_the_agent_cannot_enforce_it(harness: Harn
     body = ExecSpec(cmd=["sleep", "60"], env={}, stdin=False, timeout=2)
     events = []
     try:
-        async for event in await ws.processes.exec_stream(record.id, body):
-            if event["type"] == "start":
-                os.kill(agent.pid, signal.SIGSTOP)  # the agent's own timer cannot fire now
-            events.append(event)
+        # Bounded so that a daemon without the backstop fails here instead of hanging (the
+        # stopped agent never ends the stream itself).
+        async with asyncio.timeout(60):
+            async for event in await ws.processes.exec_stream(record.id, body):
+                if event["type"] == "start":
+                    os.kill(agent.pid, signal.SIGSTOP)  # the agent's own timer cannot fire now
+                events.append(event)
     finally:
         os.kill(agent.pid, signal.SIGCONT)
     start, end = events[0], events[-1]
