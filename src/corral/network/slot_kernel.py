@@ -90,6 +90,12 @@ def wire_slot_ns(layout: SlotLayout, table: str, daemon_ns: int, sandbox_ns: int
         ensure_address(ipr, UPLINK, layout.slot_address, SLOT_PREFIXLEN)
         set_up(ipr, DOWNLINK)
         ensure_address(ipr, DOWNLINK, INNER_GATEWAY, INNER_PREFIX)
+        # The sandbox's egress leaves through the host side. Harmless before its egress is
+        # attached: the slot table forwards nothing the egress table has not marked.
+        step(
+            "adding the default route of the slot",
+            lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=layout.host_side_address),
+        )
     return made_eth0
 
 
