@@ -7,7 +7,8 @@ and the proxy together (``egress``, ``resolver``, ``proxy``) for the service lay
 Lifecycle of one sandbox: ``attach`` after its slot is prepared (start, wake, restore, fork,
 adopt), ``update`` for a live policy change, ``detach`` before its slot is released (park, kill,
 failure). A slot without ``attach`` reaches nothing but the daemon's control link. ``attach`` is
-idempotent: a second call re-commits the policy.
+idempotent: a second call re-commits the policy. A first ``attach`` that fails leaves nothing
+of the sandbox's: no listener and no egress table (its slot drops everything it sends again).
 
 Resolved names (what the proxy lets name rules through to) travel with the sandbox: ``detach``
 returns them, ``attach`` takes them back (a wake or fork continues with the answers its memory
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from corral.network import egress_apply, slot_plan, slots
-from corral.network.base import INNER_GATEWAY, Slot
+from corral.network.base import INNER_GATEWAY, NetworkFailure, Slot
 from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress, fast_ports
 from corral.network.fast_path import FastPath
@@ -79,8 +80,9 @@ class EgressControl(Protocol):
         *,
         fresh: bool = False,
     ) -> None:
-        """``fresh``: the slot was built for this lease and its sandbox has not run yet, so
-        no flow can be tracked in it (nothing to forget)."""
+        """``fresh``: the slot was built by this daemon for this lease and its sandbox has not
+        run yet, so no flow can be tracked in it (nothing to forget) and its slot table and
+        route are current (only the egress table is made)."""
 
     async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
         """Apply a new policy to an attached sandbox; returns how many flows were cut."""
@@ -172,7 +174,7 @@ class SlotEgressControl:
         sandbox_id: str,
         *,
         box: SandboxEgress,
-        forget_flows: bool = True,
+        fresh: bool = False,
     ) -> int:
         plan = self._network.plan
         layout = plan.layout(slot.index)
@@ -193,7 +195,7 @@ class SlotEgressControl:
             layout.slot_ns,
             rules,
             layout.host_side_address,
-            forget_flows=forget_flows,
+            fresh=fresh,
             keep=self._fast.keep(sandbox_id),
         )
 
@@ -211,7 +213,7 @@ class SlotEgressControl:
         if current is not None and current.slot == slot:
             box = current.box
             box.update(policy, ctx)
-            await self._apply(slot, policy, ctx, sandbox_id, box=box, forget_flows=not fresh)
+            await self._apply(slot, policy, ctx, sandbox_id, box=box, fresh=fresh)
             self._proxy.recheck(sandbox_id)
             return
         if current is not None:
@@ -222,23 +224,37 @@ class SlotEgressControl:
             box.names.load(names)
         # The rules, the resolver and the proxy side by side (each a thread hop into the slot
         # namespace): nothing the sandbox sends reaches the two listeners before the rules
-        # mark it, and neither reads what the rules write.
+        # mark it, and neither reads what the rules write. Each runs to its end, even when
+        # this call is cancelled, so a failure is cleaned up only once nothing is in flight.
+        steps = [
+            asyncio.ensure_future(self._apply(slot, policy, ctx, sandbox_id, box=box, fresh=fresh)),
+            asyncio.ensure_future(self._resolver.serve(box)),
+            asyncio.ensure_future(self._proxy.serve(box)),
+        ]
         try:
-            results = await asyncio.gather(
-                self._apply(slot, policy, ctx, sandbox_id, box=box, forget_flows=not fresh),
-                self._resolver.serve(box),
-                self._proxy.serve(box),
-                return_exceptions=True,
-            )
-            for result in results:
-                if isinstance(result, BaseException):
-                    raise result
+            await asyncio.wait(steps)
+            for done in steps:
+                error = done.exception()
+                if error is not None:
+                    raise error
         except BaseException:
-            await self._fast.stop(sandbox_id)
-            await self._resolver.stop(sandbox_id)
-            await self._proxy.stop(sandbox_id)
+            await asyncio.wait(steps)
+            await self._undo(sandbox_id, layout.slot_ns)
             raise
         self._attached[sandbox_id] = _Attached(slot, box)
+
+    async def _undo(self, sandbox_id: str, slot_ns: str) -> None:
+        """After a failed attach: no listener of the sandbox's, and no egress table in its slot,
+        which then drops everything its sandbox sends again (never raises: logs)."""
+        await self._fast.stop(sandbox_id)
+        await self._resolver.stop(sandbox_id)
+        await self._proxy.stop(sandbox_id)
+        try:
+            await asyncio.to_thread(
+                egress_apply.remove_slot_egress, slot_ns, self._network.plan.table
+            )
+        except NetworkFailure as exc:
+            log.error("sandbox %s: removing its egress after a failed attach: %s", sandbox_id, exc)
 
     async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
         attached = self._attached.get(sandbox_id)
