@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +35,10 @@ from corral.network.base import INNER_GATEWAY, NetworkFailure, Slot
 from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress, fast_ports
 from corral.network.fast_path import FastPath
+from corral.network.namespaces import run_in_netns
 from corral.network.policy import EgressPolicy, ProjectService
-from corral.network.proxy import EgressProxy
-from corral.network.resolver import SandboxResolver
+from corral.network.proxy import EgressProxy, bind_listener
+from corral.network.resolver import SandboxResolver, bind_listeners
 from corral.network.sandbox_egress import SandboxEgress
 from corral.network.service_routes import ServiceRoutes
 
@@ -166,38 +168,65 @@ class SlotEgressControl:
             proxy_port=PROXY_PORT,
         )
 
-    async def _apply(
-        self,
-        slot: Slot,
-        policy: EgressPolicy,
-        ctx: EgressContext,
-        sandbox_id: str,
-        *,
-        box: SandboxEgress,
-        fresh: bool = False,
-    ) -> int:
-        plan = self._network.plan
-        layout = plan.layout(slot.index)
-        intercept = self._intercepts(sandbox_id)
-        if fast_ports(policy, intercept):  # its queue is read before the table marks for it
+    async def _rules(self, slot: Slot, ctx: EgressContext, box: SandboxEgress) -> SlotEgress:
+        """The slot's egress ruleset for ``box``'s policy (with host-name rules, the fast path
+        reads its queue first: it must be read before the table marks for it)."""
+        intercept = self._intercepts(box.sandbox_id)
+        if fast_ports(box.policy, intercept):
             await self._fast.serve(box)
-        rules = SlotEgress(
+        plan = self._network.plan
+        return SlotEgress(
             plan.table,
             slot_plan.UPLINK,
             slot_plan.DOWNLINK,
-            layout.slot_address,
-            policy,
+            plan.layout(slot.index).slot_address,
+            box.policy,
             ctx,
             intercept=intercept,
         )
+
+    async def _apply(self, slot: Slot, ctx: EgressContext, box: SandboxEgress) -> int:
+        """Re-commit an attached sandbox's rules (``attach`` again, ``update``)."""
+        rules = await self._rules(slot, ctx, box)
+        layout = self._network.plan.layout(slot.index)
         return await asyncio.to_thread(
             egress_apply.apply_slot_egress,
             layout.slot_ns,
             rules,
             layout.host_side_address,
-            fresh=fresh,
-            keep=self._fast.keep(sandbox_id),
+            keep=self._fast.keep(box.sandbox_id),
         )
+
+    async def _enter(
+        self, slot: Slot, ctx: EgressContext, box: SandboxEgress, *, fresh: bool
+    ) -> None:
+        """A first attach, in one thread hop into the slot namespace: the resolver's and the
+        proxy's sockets are bound there, then the rules committed (a port taken fails the
+        attach before any rule is made); the listeners are served once the rules are in."""
+        rules = await self._rules(slot, ctx, box)
+        layout = self._network.plan.layout(slot.index)
+        keep = self._fast.keep(box.sandbox_id)
+
+        def inside() -> tuple[tuple[socket.socket, socket.socket], socket.socket]:
+            made: list[socket.socket] = []
+            try:
+                pair = bind_listeners()
+                made += pair
+                made.append(bind_listener(ctx.proxy_port))
+                egress_apply.commit_slot_egress(
+                    rules, layout.host_side_address, fresh=fresh, keep=keep
+                )
+            except BaseException:
+                for sock in made:
+                    sock.close()
+                raise
+            return pair, made[2]
+
+        resolver_pair, proxy_sock = await asyncio.to_thread(run_in_netns, layout.slot_ns, inside)
+        try:
+            await self._resolver.serve(box, bound=resolver_pair)
+        finally:
+            await self._proxy.serve(box, bound=proxy_sock)  # it owns its socket either way
 
     async def attach(
         self,
@@ -213,7 +242,7 @@ class SlotEgressControl:
         if current is not None and current.slot == slot:
             box = current.box
             box.update(policy, ctx)
-            await self._apply(slot, policy, ctx, sandbox_id, box=box, fresh=fresh)
+            await self._apply(slot, ctx, box)
             self._proxy.recheck(sandbox_id)
             return
         if current is not None:
@@ -222,23 +251,14 @@ class SlotEgressControl:
         box = SandboxEgress(sandbox_id, layout.slot_ns, policy, ctx)
         if names:
             box.names.load(names)
-        # The rules, the resolver and the proxy side by side (each a thread hop into the slot
-        # namespace): nothing the sandbox sends reaches the two listeners before the rules
-        # mark it, and neither reads what the rules write. Each runs to its end, even when
-        # this call is cancelled, so a failure is cleaned up only once nothing is in flight.
-        steps = [
-            asyncio.ensure_future(self._apply(slot, policy, ctx, sandbox_id, box=box, fresh=fresh)),
-            asyncio.ensure_future(self._resolver.serve(box)),
-            asyncio.ensure_future(self._proxy.serve(box)),
-        ]
+        # Runs to its end even when this call is cancelled, so a failure is cleaned up only
+        # once nothing is in flight.
+        entering = asyncio.ensure_future(self._enter(slot, ctx, box, fresh=fresh))
         try:
-            await asyncio.wait(steps)
-            for done in steps:
-                error = done.exception()
-                if error is not None:
-                    raise error
+            await asyncio.wait({entering})
+            entering.result()
         except BaseException:
-            await asyncio.wait(steps)
+            await asyncio.wait({entering})
             await self._undo(sandbox_id, layout.slot_ns)
             raise
         self._attached[sandbox_id] = _Attached(slot, box)
@@ -262,7 +282,7 @@ class SlotEgressControl:
             return 0
         ctx = await self._context()
         attached.box.update(policy, ctx)
-        cut = await self._apply(attached.slot, policy, ctx, sandbox_id, box=attached.box)
+        cut = await self._apply(attached.slot, ctx, attached.box)
         return cut + self._proxy.recheck(sandbox_id)
 
     def names(self, sandbox_id: str) -> Names:

@@ -26,6 +26,7 @@ from corral.network.broker.injection import Injection
 from corral.network.broker.intercept import Broker
 from corral.network.namespaces import run_in_netns
 from corral.network.policy import EgressPolicy
+from corral.network.sandbox_egress import SandboxEgress
 from corral.network.sandbox_net import PROXY_PORT, EgressWiring, SlotEgressControl
 from corral.network.service_routes import ServiceRoutes
 from tests.host import free_subnet
@@ -141,3 +142,28 @@ async def test_an_attach_that_fails_midway_leaves_nothing_and_the_others_untouch
     await lab.egress.attach("b", b, allowing("198.51.100.0/24"), fresh=True)
     rules_b = lab.rules(b)
     assert rules_b is not None and "198.51.100.0/24" in rules_b
+
+
+async def test_an_attach_that_fails_after_its_rules_are_in_takes_them_out_again(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = await lab.slot(), await lab.slot()
+    await lab.egress.attach("a", a, allowing("192.0.2.0/24"), fresh=True)
+    rules_a = lab.rules(a)
+    seen: list[str | None] = []
+
+    async def failing_serve(
+        box: SandboxEgress, port: int = 53, *, bound: tuple[socket.socket, ...] = ()
+    ) -> None:
+        seen.append(lab.rules(b))  # the rules are in by now
+        for sock in bound:
+            sock.close()
+        raise NetworkFailure("the resolver failed")
+
+    monkeypatch.setattr(lab.egress._resolver, "serve", failing_serve)
+    with pytest.raises(NetworkFailure, match="the resolver failed"):
+        await lab.egress.attach("b", b, allowing("198.51.100.0/24"), fresh=True)
+
+    assert seen[0] is not None and "198.51.100.0/24" in seen[0]
+    assert lab.rules(b) is None and not lab.egress.attached("b")
+    assert lab.rules(a) == rules_a and lab.egress.attached("a")
