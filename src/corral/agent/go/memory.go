@@ -15,6 +15,14 @@ package main
 // the sandbox's CPU, +3.3 ms wall, against the same agent without the trim). A ready pool's
 // sandbox (one exec since its start) and a sandbox between short commands no longer pay it;
 // a burst of output (megabytes in the process log) still goes back.
+//
+// Across a checkpoint: gVisor moves the monotonic clock on by the time a sandbox spent saved,
+// so a quiet spell pending when a sandbox was checkpointed (a warm template's image is taken
+// right after its warmup's last request) ends the moment it is restored, and the collection,
+// its stops of the world and the faults of the restored heap it touches, fell on the first
+// requests of every sandbox restored from the image (a forced collection of 7+27+2 ms of clock
+// beside the restore's rekey, seen with GODEBUG=gctrace=1). A spell that ends much later than
+// it should have was cut short that way (or by a starved host): it starts over instead, once.
 
 import (
 	"runtime/debug"
@@ -26,18 +34,25 @@ import (
 const (
 	quietBeforeTrim = 2 * time.Second
 	trimAbove       = 1 * mib
+	// A spell ending later than this past its time is taken for one a checkpoint cut short.
+	trimLateness = 250 * time.Millisecond
 )
 
 type memoryTrim struct {
-	mu    sync.Mutex
-	timer *time.Timer
-	base  uint64 // what the runtime held after the last trim, or at the first request
+	mu      sync.Mutex
+	timer   *time.Timer
+	base    uint64    // what the runtime held after the last trim, or at the first request
+	armedAt time.Time // when the pending spell started (with its monotonic reading)
+	resumed bool      // the pending spell is one restarted after a late end
+	ended   func()    // a test's stand-in for what a spell's end does (nil: trimIfGrown)
 }
 
 // touch (re)starts the quiet spell after which free memory goes back to the kernel.
 func (t *memoryTrim) touch() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.armedAt = time.Now()
+	t.resumed = false
 	if t.timer == nil {
 		t.base = heldBytes()
 		t.timer = time.AfterFunc(quietBeforeTrim, t.quiet)
@@ -46,8 +61,32 @@ func (t *memoryTrim) touch() {
 	t.timer.Reset(quietBeforeTrim)
 }
 
-// quiet runs at the end of a quiet spell: a trim when the runtime grew by trimAbove or more.
+// quiet runs at the end of a quiet spell: a trim when the runtime grew by trimAbove or more,
+// unless the spell was re-armed meanwhile or ended late (then it starts over, once).
 func (t *memoryTrim) quiet() {
+	t.mu.Lock()
+	elapsed := time.Since(t.armedAt)
+	if elapsed < quietBeforeTrim { // a request re-armed the timer as it fired
+		t.mu.Unlock()
+		return
+	}
+	if elapsed-quietBeforeTrim > trimLateness && !t.resumed {
+		t.armedAt = time.Now()
+		t.resumed = true
+		t.timer.Reset(quietBeforeTrim)
+		t.mu.Unlock()
+		return
+	}
+	ended := t.ended
+	t.mu.Unlock()
+	if ended != nil {
+		ended()
+		return
+	}
+	t.trimIfGrown()
+}
+
+func (t *memoryTrim) trimIfGrown() {
 	t.mu.Lock()
 	base := t.base
 	t.mu.Unlock()
