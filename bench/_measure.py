@@ -219,6 +219,18 @@ def host_cpu_busy(window_s: float) -> float:
     return (busy1 - busy0) / max(1, total1 - total0)
 
 
+def settle_host(max_busy: float = 0.25, window_s: float = 2.0, limit_s: float = 120.0) -> float:
+    """Wait until the whole host is at most ``max_busy`` busy over a ``window_s`` window (what a
+    bench run before this one, or another user, left running dies down), for at most
+    ``limit_s``; returns the last window's busy share, for the bench to print beside the
+    baseline it measures next (a baseline taken on a busy host makes every ratio to it wrong)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        busy = host_cpu_busy(window_s)
+        if busy <= max_busy or time.monotonic() >= deadline:
+            return busy
+
+
 def mem_available_mib() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _harness import Figures, private_daemon
 from _measure import goal_line
 from exec_breakdown import _cpu_ms
-from floor import spawn_floor
+from floor import echo_floor, echo_note, spawn_floor
 from lifecycle_breakdown import Sample, parse_server_timing
 
 from corral import Client, Sandbox, Template
@@ -176,9 +176,11 @@ def main() -> None:
             wait_pool_full(client, pid)
             with Sandbox.create(template=TEMPLATE, **kw) as sbx:
                 floor = spawn_floor(sbx, max(100, args.runs * 5))
+                echo = echo_floor(sbx, max(100, args.runs * 5))
     print(f"ready pool of {POOL}, {args.runs} rounds (after two warm-up rounds); ms")
     print(f"{'step':28} {'p50':>8} {'p99':>8} {'daemon CPU':>11}")
     print(f"{floor.name[:28]:28} {floor.p50:8.2f} {floor.p99:8.2f}")
+    print(f"{echo.name[:28]:28} {echo.p50:8.2f} {echo.p99:8.2f}")
     for name, values in samples.items():
         figure = Figures(name, values)
         print(f"{name:28} {figure.p50:8.2f} {figure.p99:8.2f} {cpu[name] / args.runs:11.2f}")
@@ -191,6 +193,7 @@ def main() -> None:
     for name in ("API claim → output", "SDK claim → output"):
         p50 = Figures(name, samples[name]).p50
         print(goal_line(f"ready pool, {name}", p50, floor.p50 + 5, "ms", "spawn floor + 5 ms"))
+        print(echo_note(p50, floor, echo))
     print("load average:", " ".join(Path("/proc/loadavg").read_text().split()[:3]))
 
 

@@ -49,7 +49,7 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _harness import Figures, RawRunsc, private_daemon, signals_held, timed
+from _harness import Daemon, Figures, RawRunsc, private_daemon, signals_held, timed
 from _measure import (
     cpu_jiffies,
     goal_line,
@@ -521,6 +521,29 @@ def parked_density(client: Client, fleet: Fleet, args: argparse.Namespace, data_
     print(f"  2,000 parked would take about {per_parked * 2000 / 1024:.1f} GiB of disk")
 
 
+@contextmanager
+def density_daemon(args: argparse.Namespace) -> Iterator[tuple[Daemon, Client, float]]:
+    """A private daemon (CPU overcommitted, freezing after ``args.freeze_after`` s) and a client
+    of it, after checking that the host and the daemon have room for what ``args`` asks: yields
+    the vCPU each sandbox gets; exits 2 with the shortfall if there is no room. SIGTERM acts as
+    Ctrl-C throughout, so everything made is removed."""
+    settings = {
+        "CORRAL_CPU_OVERCOMMIT": "64",
+        "CORRAL_FREEZE_IDLE_SECONDS": str(args.freeze_after),
+    }
+    with (
+        sigterm_as_interrupt(),
+        private_daemon(settings) as daemon,
+        Client(daemon.url, daemon.key) as client,
+    ):
+        try:
+            cpu = check_capacity(client, args, daemon.data_dir / "data")
+        except CapacityError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        yield daemon, client, cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=50, help="idle running sandboxes")
@@ -540,22 +563,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.count < 0 or args.parked < 0 or args.count + args.parked == 0:
         parser.error("give --count N and/or --parked M (at least one above 0)")
-    with (
-        sigterm_as_interrupt(),
-        private_daemon(
-            {
-                "CORRAL_CPU_OVERCOMMIT": "64",
-                "CORRAL_FREEZE_IDLE_SECONDS": str(args.freeze_after),
-            }
-        ) as daemon,
-        Client(daemon.url, daemon.key) as client,
-    ):
+    with density_daemon(args) as (daemon, client, cpu):
         data_dir = daemon.data_dir / "data"
-        try:
-            cpu = check_capacity(client, args, data_dir)
-        except CapacityError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
         fleet = Fleet(client)
         try:
             if args.count:

@@ -8,8 +8,10 @@ measures 300 running idle gVisor sandboxes on 2 cores (each costs about 2 % of a
 host is saturated and every exec waits for it). Issue 14's goal is about idle sandboxes, which
 corral freezes after ``--freeze-after`` seconds without a call. This bench measures that:
 
-1. one sandbox alone: exec of ``true`` into it running (the unloaded round trip, 20 runs) and
-   into it frozen (each run waits until the daemon froze it again: thaw included);
+1. one sandbox alone, once the host has settled (a bench run just before leaves it busy for a
+   while; it waits up to 2 minutes for the host to be at most 25 % busy and prints how busy it
+   was): exec of ``true`` into it running (the unloaded round trip, 20 runs) and into it frozen
+   (each run waits until the daemon froze it again: thaw included);
 2. the other N-1 made ``CONCURRENCY`` at a time (creates refused up front vs failed);
 3. an exec into EVERY sandbox (each must work), then a wait until the daemon froze all of them;
 4. host memory per sandbox (PSS/USS of its host processes) beside 2 raw runsc containers
@@ -31,17 +33,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _harness import Figures, RawRunsc, private_daemon, timed
-from _measure import goal_line, mem_available_mib, memory_kib_of, process_trees
+from _harness import Figures, RawRunsc, timed
+from _measure import goal_line, mem_available_mib, memory_kib_of, process_trees, settle_host
 from density import (
     CONCURRENCY,
-    CapacityError,
     Fleet,
-    check_capacity,
     count_goal_line,
+    density_daemon,
     idle_window,
     ms_of,
-    sigterm_as_interrupt,
 )
 
 from corral import Client, Sandbox
@@ -113,6 +113,8 @@ def steady(client: Client, fleet: Fleet, args: argparse.Namespace, cpu: float, p
     )
     available_before = mem_available_mib()
     first = fleet.spawn(1, make)[0]
+    busy = settle_host()
+    print(f"host {busy * 100:.0f} % busy before the unloaded baseline (waits for at most 25 %)")
     hot = Figures("exec, 1 sandbox alone, running", timed(lambda: first.exec(["true"]), 20))
     alone = [exec_frozen(first, freeze_limit) for _ in range(args.alone_runs)]
     cold = Figures("exec, 1 sandbox alone, frozen", [t for t in alone if t is not None])
@@ -197,21 +199,7 @@ def main() -> None:
     if args.count < 1:
         parser.error("--count must be at least 1")
     args.parked = 0  # check_capacity's parked part: none here
-    with (
-        sigterm_as_interrupt(),
-        private_daemon(
-            {
-                "CORRAL_CPU_OVERCOMMIT": "64",
-                "CORRAL_FREEZE_IDLE_SECONDS": str(args.freeze_after),
-            }
-        ) as daemon,
-        Client(daemon.url, daemon.key) as client,
-    ):
-        try:
-            cpu = check_capacity(client, args, daemon.data_dir / "data")
-        except CapacityError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(2)
+    with density_daemon(args) as (daemon, client, cpu):
         fleet = Fleet(client)
         try:
             steady(client, fleet, args, cpu, daemon.process.pid)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import Figures, RawRunsc, private_daemon, report, timed_inner
 from _measure import goal_line, ratio_goal_line
-from floor import spawn_floor
+from floor import echo_floor, echo_note, spawn_floor
 
 from corral import Client, Sandbox, Template
 
@@ -116,13 +116,16 @@ def main() -> None:
                 )
                 with Sandbox.create(template="bench-pool", **kw) as sbx:
                     floor = spawn_floor(sbx, max(50, args.runs * 5))
+                    echo = echo_floor(sbx, max(50, args.runs * 5))
         report([(cold, raw_run), (base, raw_run), (warm, raw_restore_figures), (pool, raw_run)])
         print(f"{floor.name:44} {floor.p50:9.2f} {floor.p99:9.2f} {'(floor)':>10}")
+        print(f"{echo.name:44} {echo.p50:9.2f} {echo.p99:9.2f} {'(floor)':>10}")
         print()
         print(ratio_goal_line("cold template", cold.p50, raw_run.p50, 1.3, "raw runsc run"))
         print(ratio_goal_line("prebuilt base", base.p50, raw_run.p50, 1.3, "raw runsc run"))
         print(ratio_goal_line("warm template", warm.p50, raw_restore_figures.p50, 1.3, "restore"))
         print(goal_line("ready pool", pool.p50, floor.p50 + 5, "ms", "spawn floor + 5 ms"))
+        print(echo_note(pool.p50, floor, echo))
         print(f"\nbuilding bench-cold (base + RUN echo): {build_s:.2f} s")
     finally:
         raw.close()

@@ -133,7 +133,9 @@ class SlotEgress:
     def table_name(self) -> str:
         return f"{self.table}_egress"
 
-    def render(self) -> str:
+    def render(self, *, new: bool = False) -> str:
+        """The nft text that replaces the table (deleting it first, in the same transaction);
+        with ``new``, the text that creates it and fails, applying nothing, if it exists."""
         ipaddress.IPv4Address(self.slot_address)
         firewall._check_name(self.table_name)
         firewall._check_ifname(self.uplink)
@@ -175,7 +177,8 @@ class SlotEgress:
         up = f'iifname "{self.uplink}"'
         to_judge_answer = f"meta mark set {QUEUE_ANSWER_MARK:#010x}"
         to_proxied, denied = f"ct mark set {CT_PROXIED:#010x}", f"ct mark set {CT_DENIED:#010x}"
-        return firewall._replace_table(
+        make = firewall._create_table if new else firewall._replace_table
+        return make(
             self.table_name,
             f"""\
     chain sbx_classify {{

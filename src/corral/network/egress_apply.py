@@ -1,9 +1,9 @@
 """Applying a slot's egress (``egress.SlotEgress``) and the daemon namespace's share of it:
-one libnftables transaction per commit (delete + redefine, as in ``firewall``), the slot's
-default route, and after a live change the deletion of the conntrack entries of the forwarded
-flows the new policy forbids (``egress.allows_forward``; the fast path's flows only unless the
-first-flight judge keeps them), so even answers to them stop at once. Blocking: the caller runs
-these in a worker thread.
+one libnftables transaction per commit (delete + redefine, as in ``firewall``; for a fresh slot
+a create that deletes nothing), the slot's default route, and after a live change the deletion
+of the conntrack entries of the forwarded flows the new policy forbids (``egress.allows_forward``;
+the fast path's flows only unless the first-flight judge keeps them), so even answers to them
+stop at once. Blocking: the caller runs these in a worker thread.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from corral.network.namespaces import describe, open_ipr, run_in_netns, step, wr
 
 __all__ = [
     "apply_slot_egress",
+    "commit_slot_egress",
     "enable_host_forwarding",
     "host_ipv4_addresses",
     "remove_slot_egress",
+    "route_egress",
     "uplink_interfaces",
 ]
 
@@ -37,45 +39,73 @@ def apply_slot_egress(
     egress: SlotEgress,
     host_side_address: str,
     *,
-    forget_flows: bool = True,
+    fresh: bool = False,
     keep: frozenset[tuple[int, str, int]] = frozenset(),
 ) -> int:
-    """Commit the egress ruleset in ``slot_ns`` (one transaction; a live change takes effect on
-    the next packet of every connection), route the slot's egress to the host side, and delete
-    the conntrack entries of forwarded flows the policy now forbids, so their answers stop too.
-    Returns how many flows were forgotten; the flows of the fast ports are kept only when
-    ``keep`` names them (sandbox port, address, port: what the first-flight judge says the
-    policy still allows). Only forwarded sandbox flows are touched: deleting
-    the entry of an allowed, redirected or host-opened connection would break its translation.
-    Without ``forget_flows`` (a slot whose sandbox has not run yet: it tracks no flow) the
-    conntrack table is not read (a dump costs ~12 ms even when empty).
+    """``commit_slot_egress`` in ``slot_ns`` (from a fresh thread that enters it)."""
+    ipaddress.IPv4Address(host_side_address)
+    try:
+        return run_in_netns(
+            slot_ns,
+            lambda: commit_slot_egress(egress, host_side_address, fresh=fresh, keep=keep),
+        )
+    except NetworkFailure:
+        raise
+    except OSError as exc:
+        raise NetworkFailure(f"applying egress of {slot_ns}: {exc}") from exc
 
-    The slot ruleset is re-committed in the same transaction, so a slot built by an older daemon
-    (whose slot table may lack the egress mark) is brought up to date atomically."""
+
+def commit_slot_egress(
+    egress: SlotEgress,
+    host_side_address: str,
+    *,
+    fresh: bool = False,
+    keep: frozenset[tuple[int, str, int]] = frozenset(),
+) -> int:
+    """(In the slot namespace.) Commit the egress ruleset (one transaction; a live change takes
+    effect on the next packet of every connection), route the slot's egress to the host side,
+    and delete the conntrack entries of forwarded flows the policy now forbids, so their answers
+    stop too. Returns how many flows were forgotten; the flows of the fast ports are kept only
+    when ``keep`` names them (sandbox port, address, port: what the first-flight judge says the
+    policy still allows). Only forwarded sandbox flows are touched: deleting the entry of an
+    allowed, redirected or host-opened connection would break its translation.
+
+    Otherwise the slot ruleset is re-committed in the same transaction, so a slot built by an
+    older daemon (whose slot table may lack the egress mark) is brought up to date atomically,
+    and the route is replaced.
+
+    ``fresh``: the slot was built by this daemon for this lease (``slot_kernel.ensure_slot``:
+    its slot table and route are current) and its sandbox has not run yet (it tracks no flow).
+    Then only the egress table is committed, made without deleting anything (a commit that
+    deletes a table waits for the kernel to release the old one: ~10 ms, and its worker's
+    context close another RCU grace period), neither the route nor the conntrack table (a dump
+    costs ~12 ms even when empty) is touched. If the table exists after all, that transaction
+    fails whole and the replacing one runs instead."""
+    what = f"egress of slot {egress.slot_address}"
+    if fresh:
+        try:
+            firewall.commit(egress.render(new=True), what)
+        except firewall.FirewallError:  # it exists: replace it (and say why if that fails too)
+            firewall.commit(egress.render(), what)
+        return 0
     slot_rules = firewall.SlotRules(
         table=egress.table,
         uplink=egress.uplink,
         downlink=egress.downlink,
         host_address=egress.slot_address,
     )
-    ruleset = slot_rules.render() + egress.render()
-    ipaddress.IPv4Address(host_side_address)
+    firewall.commit(slot_rules.render() + egress.render(), what)
+    route_egress(host_side_address)
+    return _forget_forbidden_flows(egress, keep)
 
-    def inside() -> int:
-        firewall.commit(ruleset, f"egress of slot namespace {slot_ns}")
-        with open_ipr(f"routing egress of {slot_ns}") as ipr:
-            step(
-                f"adding the default route of {slot_ns}",
-                lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=host_side_address),
-            )
-        return _forget_forbidden_flows(egress, keep) if forget_flows else 0
 
-    try:
-        return run_in_netns(slot_ns, inside)
-    except NetworkFailure:
-        raise
-    except OSError as exc:
-        raise NetworkFailure(f"applying egress of {slot_ns}: {exc}") from exc
+def route_egress(host_side_address: str) -> None:
+    """(In the slot namespace.) The default route, through the host side of the uplink."""
+    with open_ipr("routing egress of the slot") as ipr:
+        step(
+            "adding the default route of the slot",
+            lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=host_side_address),
+        )
 
 
 def _forget_forbidden_flows(egress: SlotEgress, keep: frozenset[tuple[int, str, int]]) -> int:

@@ -251,6 +251,12 @@ def _replace_table(table: str, body: str) -> str:
     return f"add table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n{body}}}\n"
 
 
+def _create_table(table: str, body: str) -> str:
+    # "create" fails if the table exists, and with it the whole transaction: nothing is applied.
+    # No deletion, so the commit does not wait for the kernel to release an old table.
+    return f"create table inet {table}\ntable inet {table} {{\n{body}}}\n"
+
+
 def _run(commands: str, context: str) -> None:
     rc, _, error = _cmd(commands, context)
     if rc != 0:

@@ -95,7 +95,9 @@ def _execute(libc: ctypes.CDLL, namespace: int, request: dict[str, Any]) -> dict
         return {"rc": -1, "output": "", "error": f"loading libnftables: {exc}"}
     context.set_json_output(bool(request.get("json")))
     rc, output, error = context.cmd(request["commands"])
-    _free_in_background([context])
+    holder = [context]
+    del context  # the thread must hold the only reference, or this frame frees it on return
+    _free_in_background(holder)
     return {"rc": int(rc), "output": output or "", "error": error or ""}
 
 
@@ -103,6 +105,8 @@ def _free_in_background(holder: list[Any]) -> None:
     # Freeing a context that committed closes its netlink socket, and that close waits for the
     # kernel's deferred transaction cleanup (an RCU grace period: 5-12 ms measured here). The
     # rules are in force already, so a short-lived thread takes the only reference and frees it.
+    # Only reference: were the caller to keep one (a local), the thread would drop its own
+    # first and the free, with its wait, would happen in the caller after all.
     threading.Thread(target=holder.clear, name="nft-free", daemon=True).start()
 
 

@@ -43,7 +43,7 @@ from corral.network.namespaces import run_in_netns
 from corral.network.sandbox_egress import SandboxEgress
 from corral.network.service_routes import ServiceRoutes
 
-__all__ = ["EgressProxy"]
+__all__ = ["EgressProxy", "bind_listener"]
 
 log = logging.getLogger(__name__)
 _SO_ORIGINAL_DST = 80
@@ -138,13 +138,19 @@ class EgressProxy:
         self._max_connections = max_connections
         self._listeners: dict[str, _Listener] = {}
 
-    async def serve(self, sandbox: SandboxEgress) -> None:
+    async def serve(self, sandbox: SandboxEgress, *, bound: socket.socket | None = None) -> None:
+        """Listen on ``context.proxy_port`` in the sandbox's slot namespace; ``bound``: the
+        socket ``bind_listener`` made there (then this proxy's, also when this call fails)."""
         if sandbox.sandbox_id in self._listeners:
+            if bound is not None:
+                bound.close()
             return
         port = sandbox.context.proxy_port
-        sock = await asyncio.to_thread(
-            run_in_netns, sandbox.slot_ns, lambda: _listen(INNER_GATEWAY, port)
-        )
+        sock = bound
+        if sock is None:
+            sock = await asyncio.to_thread(
+                run_in_netns, sandbox.slot_ns, lambda: bind_listener(port)
+            )
         listener = _Listener(sandbox, sock, _SocketPool(sandbox.slot_ns))
         listener.accepting = asyncio.create_task(self._accept(listener))
         self._listeners[sandbox.sandbox_id] = listener
@@ -315,6 +321,11 @@ def _original_destination(sock: socket.socket | None) -> tuple[str, int]:
     raw = sock.getsockopt(socket.SOL_IP, _SO_ORIGINAL_DST, 16)
     port = struct.unpack("!H", raw[2:4])[0]
     return socket.inet_ntoa(raw[4:8]), port
+
+
+def bind_listener(port: int) -> socket.socket:
+    """(In a slot namespace.) The proxy's listening socket on ``INNER_GATEWAY:port``."""
+    return _listen(INNER_GATEWAY, port)
 
 
 def _listen(address: str, port: int) -> socket.socket:

@@ -41,7 +41,7 @@ from corral.network.base import INNER_GATEWAY, NetworkFailure
 from corral.network.namespaces import run_in_netns
 from corral.network.sandbox_egress import SandboxEgress
 
-__all__ = ["SandboxResolver", "Upstream", "read_resolv_conf"]
+__all__ = ["SandboxResolver", "Upstream", "bind_listeners", "read_resolv_conf"]
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +93,44 @@ class SandboxResolver:
         self._upstream_port = upstream_port
         self._listeners: dict[str, _Listener] = {}
 
-    async def serve(self, sandbox: SandboxEgress, port: int = 53) -> None:
-        """Listen on ``INNER_GATEWAY:port`` (UDP and TCP) in the sandbox's slot namespace."""
+    async def serve(
+        self,
+        sandbox: SandboxEgress,
+        port: int = 53,
+        *,
+        bound: tuple[socket.socket, socket.socket] | None = None,
+    ) -> None:
+        """Listen on ``INNER_GATEWAY:port`` (UDP and TCP) in the sandbox's slot namespace;
+        ``bound``: the two sockets ``bind_listeners`` made there (they are then this
+        resolver's, also when this call fails)."""
         if sandbox.sandbox_id in self._listeners:
+            if bound is not None:
+                for sock in bound:
+                    sock.close()
             return
-        udp_sock, tcp_sock = await asyncio.to_thread(
-            run_in_netns, sandbox.slot_ns, lambda: _bind_pair(INNER_GATEWAY, port)
-        )
+        if bound is None:
+            bound = await asyncio.to_thread(
+                run_in_netns, sandbox.slot_ns, lambda: bind_listeners(port)
+            )
+        udp_sock, tcp_sock = bound
         loop = asyncio.get_running_loop()
         holder: list[_Listener] = []
-        udp, _ = await loop.create_datagram_endpoint(
-            lambda: _UdpProtocol(self, sandbox, holder), sock=udp_sock
-        )
-        tcp = await asyncio.start_server(
-            lambda r, w: self._serve_tcp(sandbox, holder[0], r, w), sock=tcp_sock
-        )
+        try:
+            udp, _ = await loop.create_datagram_endpoint(
+                lambda: _UdpProtocol(self, sandbox, holder), sock=udp_sock
+            )
+        except BaseException:
+            udp_sock.close()
+            tcp_sock.close()
+            raise
+        try:
+            tcp = await asyncio.start_server(
+                lambda r, w: self._serve_tcp(sandbox, holder[0], r, w), sock=tcp_sock
+            )
+        except BaseException:
+            udp.close()
+            tcp_sock.close()
+            raise
         holder.append(_Listener(udp, tcp))
         self._listeners[sandbox.sandbox_id] = holder[0]
 
@@ -283,6 +306,11 @@ class _UdpProtocol(asyncio.DatagramProtocol):
             reply = _truncate(reply)
         if self._transport is not None and not self._transport.is_closing():
             self._transport.sendto(reply, addr)
+
+
+def bind_listeners(port: int = 53) -> tuple[socket.socket, socket.socket]:
+    """(In a slot namespace.) The resolver's UDP and TCP sockets on ``INNER_GATEWAY:port``."""
+    return _bind_pair(INNER_GATEWAY, port)
 
 
 def _bind_pair(address: str, port: int) -> tuple[socket.socket, socket.socket]:

@@ -7,7 +7,8 @@ and the proxy together (``egress``, ``resolver``, ``proxy``) for the service lay
 Lifecycle of one sandbox: ``attach`` after its slot is prepared (start, wake, restore, fork,
 adopt), ``update`` for a live policy change, ``detach`` before its slot is released (park, kill,
 failure). A slot without ``attach`` reaches nothing but the daemon's control link. ``attach`` is
-idempotent: a second call re-commits the policy.
+idempotent: a second call re-commits the policy. A first ``attach`` that fails leaves nothing
+of the sandbox's: no listener and no egress table (its slot drops everything it sends again).
 
 Resolved names (what the proxy lets name rules through to) travel with the sandbox: ``detach``
 returns them, ``attach`` takes them back (a wake or fork continues with the answers its memory
@@ -23,21 +24,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from corral.network import egress_apply, slot_plan, slots
-from corral.network.base import INNER_GATEWAY, Slot
+from corral.network.base import INNER_GATEWAY, NetworkFailure, Slot
 from corral.network.broker.intercept import Broker
 from corral.network.egress import EgressContext, SlotEgress, fast_ports
 from corral.network.fast_path import FastPath
+from corral.network.namespaces import run_in_netns
 from corral.network.policy import EgressPolicy, ProjectService
-from corral.network.proxy import EgressProxy
-from corral.network.resolver import SandboxResolver
+from corral.network.proxy import EgressProxy, bind_listener
+from corral.network.resolver import SandboxResolver, bind_listeners
 from corral.network.sandbox_egress import SandboxEgress
 from corral.network.service_routes import ServiceRoutes
+from corral.timing import phase
 
 __all__ = [
     "EgressControl",
@@ -79,8 +83,9 @@ class EgressControl(Protocol):
         *,
         fresh: bool = False,
     ) -> None:
-        """``fresh``: the slot was built for this lease and its sandbox has not run yet, so
-        no flow can be tracked in it (nothing to forget)."""
+        """``fresh``: the slot was built by this daemon for this lease and its sandbox has not
+        run yet, so no flow can be tracked in it (nothing to forget) and its slot table and
+        route are current (only the egress table is made)."""
 
     async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
         """Apply a new policy to an attached sandbox; returns how many flows were cut."""
@@ -164,38 +169,68 @@ class SlotEgressControl:
             proxy_port=PROXY_PORT,
         )
 
-    async def _apply(
-        self,
-        slot: Slot,
-        policy: EgressPolicy,
-        ctx: EgressContext,
-        sandbox_id: str,
-        *,
-        box: SandboxEgress,
-        forget_flows: bool = True,
-    ) -> int:
-        plan = self._network.plan
-        layout = plan.layout(slot.index)
-        intercept = self._intercepts(sandbox_id)
-        if fast_ports(policy, intercept):  # its queue is read before the table marks for it
+    async def _rules(self, slot: Slot, ctx: EgressContext, box: SandboxEgress) -> SlotEgress:
+        """The slot's egress ruleset for ``box``'s policy (with host-name rules, the fast path
+        reads its queue first: it must be read before the table marks for it)."""
+        intercept = self._intercepts(box.sandbox_id)
+        if fast_ports(box.policy, intercept):
             await self._fast.serve(box)
-        rules = SlotEgress(
+        plan = self._network.plan
+        return SlotEgress(
             plan.table,
             slot_plan.UPLINK,
             slot_plan.DOWNLINK,
-            layout.slot_address,
-            policy,
+            plan.layout(slot.index).slot_address,
+            box.policy,
             ctx,
             intercept=intercept,
         )
+
+    async def _apply(self, slot: Slot, ctx: EgressContext, box: SandboxEgress) -> int:
+        """Re-commit an attached sandbox's rules (``attach`` again, ``update``)."""
+        rules = await self._rules(slot, ctx, box)
+        layout = self._network.plan.layout(slot.index)
         return await asyncio.to_thread(
             egress_apply.apply_slot_egress,
             layout.slot_ns,
             rules,
             layout.host_side_address,
-            forget_flows=forget_flows,
-            keep=self._fast.keep(sandbox_id),
+            keep=self._fast.keep(box.sandbox_id),
         )
+
+    async def _enter(
+        self, slot: Slot, ctx: EgressContext, box: SandboxEgress, *, fresh: bool
+    ) -> None:
+        """A first attach, in one thread hop into the slot namespace: the resolver's and the
+        proxy's sockets are bound there, then the rules committed (a port taken fails the
+        attach before any rule is made); the listeners are served once the rules are in."""
+        rules = await self._rules(slot, ctx, box)
+        layout = self._network.plan.layout(slot.index)
+        keep = self._fast.keep(box.sandbox_id)
+
+        def inside() -> tuple[tuple[socket.socket, socket.socket], socket.socket]:
+            made: list[socket.socket] = []
+            try:
+                pair = bind_listeners()
+                made += pair
+                made.append(bind_listener(ctx.proxy_port))
+                egress_apply.commit_slot_egress(
+                    rules, layout.host_side_address, fresh=fresh, keep=keep
+                )
+            except BaseException:
+                for sock in made:
+                    sock.close()
+                raise
+            return pair, made[2]
+
+        with phase("egress commit"):  # the hop: the binds and the rules, through the worker
+            sockets = await asyncio.to_thread(run_in_netns, layout.slot_ns, inside)
+        resolver_pair, proxy_sock = sockets
+        with phase("egress listen"):
+            try:
+                await self._resolver.serve(box, bound=resolver_pair)
+            finally:
+                await self._proxy.serve(box, bound=proxy_sock)  # it owns its socket either way
 
     async def attach(
         self,
@@ -211,7 +246,7 @@ class SlotEgressControl:
         if current is not None and current.slot == slot:
             box = current.box
             box.update(policy, ctx)
-            await self._apply(slot, policy, ctx, sandbox_id, box=box, forget_flows=not fresh)
+            await self._apply(slot, ctx, box)
             self._proxy.recheck(sandbox_id)
             return
         if current is not None:
@@ -220,25 +255,30 @@ class SlotEgressControl:
         box = SandboxEgress(sandbox_id, layout.slot_ns, policy, ctx)
         if names:
             box.names.load(names)
-        # The rules, the resolver and the proxy side by side (each a thread hop into the slot
-        # namespace): nothing the sandbox sends reaches the two listeners before the rules
-        # mark it, and neither reads what the rules write.
+        # Runs to its end even when this call is cancelled, so a failure is cleaned up only
+        # once nothing is in flight.
+        entering = asyncio.ensure_future(self._enter(slot, ctx, box, fresh=fresh))
         try:
-            results = await asyncio.gather(
-                self._apply(slot, policy, ctx, sandbox_id, box=box, forget_flows=not fresh),
-                self._resolver.serve(box),
-                self._proxy.serve(box),
-                return_exceptions=True,
-            )
-            for result in results:
-                if isinstance(result, BaseException):
-                    raise result
+            await asyncio.wait({entering})
+            entering.result()
         except BaseException:
-            await self._fast.stop(sandbox_id)
-            await self._resolver.stop(sandbox_id)
-            await self._proxy.stop(sandbox_id)
+            await asyncio.wait({entering})
+            await self._undo(sandbox_id, layout.slot_ns)
             raise
         self._attached[sandbox_id] = _Attached(slot, box)
+
+    async def _undo(self, sandbox_id: str, slot_ns: str) -> None:
+        """After a failed attach: no listener of the sandbox's, and no egress table in its slot,
+        which then drops everything its sandbox sends again (never raises: logs)."""
+        await self._fast.stop(sandbox_id)
+        await self._resolver.stop(sandbox_id)
+        await self._proxy.stop(sandbox_id)
+        try:
+            await asyncio.to_thread(
+                egress_apply.remove_slot_egress, slot_ns, self._network.plan.table
+            )
+        except NetworkFailure as exc:
+            log.error("sandbox %s: removing its egress after a failed attach: %s", sandbox_id, exc)
 
     async def update(self, sandbox_id: str, policy: EgressPolicy) -> int:
         attached = self._attached.get(sandbox_id)
@@ -246,7 +286,7 @@ class SlotEgressControl:
             return 0
         ctx = await self._context()
         attached.box.update(policy, ctx)
-        cut = await self._apply(attached.slot, policy, ctx, sandbox_id, box=attached.box)
+        cut = await self._apply(attached.slot, ctx, attached.box)
         return cut + self._proxy.recheck(sandbox_id)
 
     def names(self, sandbox_id: str) -> Names:

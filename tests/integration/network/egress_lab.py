@@ -307,13 +307,16 @@ class Lab:
             f"sbx{index}", self.plan.layout(index).slot_ns, policy, await self.context()
         )
         self.sandboxes[index] = sandbox
-        await self.apply(index)
+        await self.apply(index, fresh=True)  # as the service attaches a slot built for it
         await self.resolver.serve(sandbox)
         await self.proxy.serve(sandbox)
         return sandbox
 
-    async def apply(self, index: int, policy: EgressPolicy | None = None) -> int:
-        """Commit the slot's egress for its (new) policy; returns the conntrack flows forgotten."""
+    async def apply(
+        self, index: int, policy: EgressPolicy | None = None, *, fresh: bool = False
+    ) -> int:
+        """Commit the slot's egress for its (new) policy; returns the conntrack flows forgotten.
+        ``fresh``: the slot's first egress (``egress_apply.commit_slot_egress``)."""
         sandbox = self.sandboxes[index]
         if policy is not None:
             sandbox.update(policy)
@@ -330,7 +333,9 @@ class Lab:
         )
         keep = self.fast.keep(sandbox.sandbox_id)
         forgotten = await asyncio.to_thread(
-            lambda: apply_slot_egress(layout.slot_ns, egress, layout.host_side_address, keep=keep)
+            lambda: apply_slot_egress(
+                layout.slot_ns, egress, layout.host_side_address, fresh=fresh, keep=keep
+            )
         )
         self.proxy.recheck(sandbox.sandbox_id)
         return forgotten

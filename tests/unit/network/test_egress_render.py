@@ -270,3 +270,14 @@ def test_a_sandbox_service_goes_to_the_proxy_never_forwarded() -> None:
         assert not reaches_service(
             EgressPolicy.build(mode, allow, deny), context, "169.254.100.1", 8080
         ), (mode, deny)
+
+
+def test_a_new_table_is_created_without_deleting_anything_and_otherwise_the_same() -> None:
+    """A fresh slot's egress is made by a transaction that fails whole if the table exists
+    (``create``), and deletes nothing; its chains are those of the replacing text."""
+    rules = egress(EgressPolicy.build("project_internet", ["10.1.0.0/16"], []))
+    replacing, new = rules.render(), rules.render(new=True)
+    assert replacing.startswith("add table inet corral_egress\ndelete table inet corral_egress\n")
+    assert new.startswith("create table inet corral_egress\n")
+    assert "delete" not in new
+    assert new.split("\n", 1)[1] == replacing.split("\n", 2)[2]

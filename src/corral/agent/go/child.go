@@ -76,6 +76,7 @@ func startPiped(file string, argv, env []string, cwd string, cred *syscall.Crede
 		return nil, err
 	}
 	opened = append(opened, errR, errW)
+	<-initGuarded
 	pid, err := syscall.ForkExec(file, argv, &syscall.ProcAttr{
 		Dir:   cwd,
 		Env:   env,
@@ -138,6 +139,7 @@ func startPty(file string, argv, env []string, cwd string, cred *syscall.Credent
 		syscall.Close(master)
 		return nil, err
 	}
+	<-initGuarded
 	pid, err := syscall.ForkExec(file, argv, &syscall.ProcAttr{
 		Dir:   cwd,
 		Env:   env,

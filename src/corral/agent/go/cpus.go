@@ -84,7 +84,13 @@ func bindOnline(listed string) error {
 	}
 	defer syscall.Unmount(scratch, syscall.MNT_DETACH)
 	source := scratch + "/online"
-	if err := os.WriteFile(source, []byte(listed+"\n"), 0o444); err != nil {
+	fd, err := syscall.Open(source, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o444)
+	if err != nil {
+		return err
+	}
+	_, err = syscall.Write(fd, []byte(listed+"\n"))
+	syscall.Close(fd)
+	if err != nil {
 		return err
 	}
 	if err := syscall.Mount(source, cpuOnline, "", syscall.MS_BIND, ""); err != nil {

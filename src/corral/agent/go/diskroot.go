@@ -6,7 +6,6 @@ package main
 // (syscall.AllThreadsSyscall); a failed drop ends the agent.
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -21,15 +20,39 @@ const (
 	linuxCapV3    = 0x20080522
 )
 
+// readSmallFile reads a small file (of /proc) by plain system calls: the start's reads do not
+// set up the runtime's poller, which os.Open would (an epoll instance, then a registration
+// attempt per file), before the agent serves anything.
+func readSmallFile(path string) (string, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer syscall.Close(fd)
+	var data []byte
+	buf := make([]byte, 16*1024)
+	for len(data) < 1<<20 {
+		n, err := syscall.Read(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if n == 0 {
+			break
+		}
+		data = append(data, buf[:n]...)
+	}
+	return string(data), nil
+}
+
 func hasSysAdmin() bool {
-	f, err := os.Open("/proc/self/status")
+	status, err := readSmallFile("/proc/self/status")
 	if err != nil {
 		return false
 	}
-	defer f.Close()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		line := scanner.Text()
+	for _, line := range strings.Split(status, "\n") {
 		if strings.HasPrefix(line, "CapBnd:") {
 			v, err := strconv.ParseUint(strings.TrimSpace(line[7:]), 16, 64)
 			return err == nil && v>>capSysAdmin&1 == 1
@@ -44,16 +67,14 @@ type carried struct {
 }
 
 func mountsToCarry(disk string) ([]carried, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mountinfo, err := readSmallFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	flagsOf := map[string]uintptr{"ro": syscall.MS_RDONLY, "nosuid": syscall.MS_NOSUID, "nodev": syscall.MS_NODEV, "noexec": syscall.MS_NOEXEC}
 	var out []carried
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		fields := strings.Fields(scanner.Text())
+	for _, line := range strings.Split(mountinfo, "\n") {
+		fields := strings.Fields(line)
 		if len(fields) < 6 {
 			continue
 		}
@@ -78,13 +99,16 @@ func enterDiskRoot(disk string) error {
 		}
 	}
 	options := fmt.Sprintf("lowerdir=/,upperdir=%s,workdir=%s", upper, work)
+	startStep("mkdirs")
 	if err := syscall.Mount("overlay", fresh, "overlay", 0, options); err != nil {
 		return fmt.Errorf("mounting the overlay: %s", strerror(err))
 	}
+	startStep("overlay")
 	points, err := mountsToCarry(disk)
 	if err != nil {
 		return err
 	}
+	startStep("mountinfo")
 	for _, c := range points {
 		target := fresh + c.point
 		if err := syscall.Mount(c.point, target, "", syscall.MS_BIND, ""); err != nil {
@@ -96,6 +120,7 @@ func enterDiskRoot(disk string) error {
 			}
 		}
 	}
+	startStep("binds")
 	if err := syscall.PivotRoot(fresh, fresh+disk); err != nil {
 		return fmt.Errorf("pivoting: %s", strerror(err))
 	}
@@ -105,6 +130,7 @@ func enterDiskRoot(disk string) error {
 	if err := syscall.Unmount(disk, syscall.MNT_DETACH); err != nil {
 		return fmt.Errorf("detaching the old root: %s", strerror(err))
 	}
+	startStep("pivot")
 	if st, err := os.Stat("/tmp"); err != nil || !st.IsDir() {
 		_ = os.Mkdir("/tmp", 0o777)
 	}

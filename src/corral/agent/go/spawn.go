@@ -185,16 +185,25 @@ func (a *Agent) spawn(spec object, follow bool) (*Process, int, error) {
 	return p, fid, nil
 }
 
+// pump reads one output pipe to its end into the process's log. Each chunk is logged as a copy
+// of its own size, out of one read buffer per pipe: a chunk no longer pins a 64 KiB array for
+// as long as the log keeps it (a line-by-line writer held 64 KiB per line), and a short
+// command's exec allocates 4 KiB per pipe instead of 64 (a large object, zeroed, whose pages
+// gVisor faults in afresh after the quiet trim gave them back). The buffer grows to pipeRead
+// once a read fills it.
 func pump(p *Process, f *os.File, kind string) {
 	defer func() {
 		f.Close()
 		p.pipeClosed()
 	}()
+	buf := make([]byte, pipeFirstRead)
 	for {
-		buf := make([]byte, pipeRead)
 		n, err := f.Read(buf)
 		if n > 0 {
-			p.appendOutput(kind, buf[:n:n])
+			p.appendOutput(kind, append([]byte(nil), buf[:n]...))
+			if n == len(buf) && len(buf) < pipeRead {
+				buf = make([]byte, pipeRead)
+			}
 		}
 		if err != nil {
 			return

@@ -24,6 +24,7 @@ import (
 const (
 	defaultPath     = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	pipeRead        = 64 * 1024
+	pipeFirstRead   = 4 * 1024
 	orphanPoll      = time.Second
 	maxProcesses    = 1024
 	maxTagBytes     = 4096
