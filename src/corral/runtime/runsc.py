@@ -207,8 +207,15 @@ class RunscRunner:
             return "stopped"
         return status
 
-    async def checkpoint(self, container_id: str, image_dir: Path, *, leave_running: bool) -> None:
+    async def checkpoint(
+        self, container_id: str, image_dir: Path, *, leave_running: bool, compress: bool = True
+    ) -> None:
+        """``runsc checkpoint``; without ``compress``, the memory is written as it is
+        (``--compression=none``: a pages file beside the state, larger on disk, restored
+        without inflating it)."""
         args = ["checkpoint", "--image-path", str(image_dir)]
+        if not compress:
+            args.append("--compression=none")
         if leave_running:
             args.append("--leave-running")
         await self._call([*args, container_id], timeout=max(self.options.timeout, 300.0))
