@@ -41,6 +41,7 @@ from corral.network.proxy import EgressProxy, bind_listener
 from corral.network.resolver import SandboxResolver, bind_listeners
 from corral.network.sandbox_egress import SandboxEgress
 from corral.network.service_routes import ServiceRoutes
+from corral.timing import phase
 
 __all__ = [
     "EgressControl",
@@ -222,11 +223,14 @@ class SlotEgressControl:
                 raise
             return pair, made[2]
 
-        resolver_pair, proxy_sock = await asyncio.to_thread(run_in_netns, layout.slot_ns, inside)
-        try:
-            await self._resolver.serve(box, bound=resolver_pair)
-        finally:
-            await self._proxy.serve(box, bound=proxy_sock)  # it owns its socket either way
+        with phase("egress commit"):  # the hop: the binds and the rules, through the worker
+            sockets = await asyncio.to_thread(run_in_netns, layout.slot_ns, inside)
+        resolver_pair, proxy_sock = sockets
+        with phase("egress listen"):
+            try:
+                await self._resolver.serve(box, bound=resolver_pair)
+            finally:
+                await self._proxy.serve(box, bound=proxy_sock)  # it owns its socket either way
 
     async def attach(
         self,

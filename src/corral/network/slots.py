@@ -55,7 +55,7 @@ class SlotNetwork:
     """The real ``Network``: one slot per lease, built on lease and torn down on release.
 
     With ``spare`` > 0 it keeps up to that many slots built ahead, unleased, in ``_spare``:
-    ``lease()`` hands one out at once (building a slot takes ~20 ms) and a background task builds
+    ``lease()`` hands one out at once (building a slot takes 20-40 ms) and a background task builds
     its replacement. ``build_ahead(n)`` raises the target by ``n`` for a burst about to come (a
     fork's children): ``_burst`` extra spares, each taken off the target again when leased.
     Spares are counted as neither leased nor free (``spares``), are never reaped as stale, and
