@@ -35,6 +35,7 @@ __all__ = [
     "DISK_ROOT_PATH",
     "NOFILE_LIMIT",
     "DiskRoot",
+    "cpu_quota_us",
     "render_config",
     "write_config",
 ]
@@ -118,13 +119,17 @@ def _environment(spec: SandboxSpec, disk_root: DiskRoot | None) -> list[str]:
     return [f"{k}={v}" for k, v in env.items()]
 
 
-def _resources(spec: SandboxSpec, cpuset: str | None) -> dict[str, Any]:
+def cpu_quota_us(cpu: float) -> int:
+    """The CFS quota (µs per ``CPU_PERIOD_US``) of a sandbox of ``cpu`` vCPUs."""
+    return max(1000, round(cpu * CPU_PERIOD_US))
+
+
+def _resources(spec: SandboxSpec, cpuset: str | None, cpu_quota: bool) -> dict[str, Any]:
     res = spec.resources
     memory = res.memory_mib * _MIB
-    cpu: dict[str, Any] = {
-        "quota": max(1000, round(res.cpu * CPU_PERIOD_US)),
-        "period": CPU_PERIOD_US,
-    }
+    cpu: dict[str, Any] = {"period": CPU_PERIOD_US}
+    if cpu_quota:
+        cpu["quota"] = cpu_quota_us(res.cpu)
     if cpuset:
         cpu["cpus"] = cpuset  # runsc sizes the sentry's CPU count (and GOMAXPROCS) by it
     return {
@@ -177,12 +182,15 @@ def render_config(
     tmp_source: str | None = None,
     cpuset: str | None = None,
     disk_root: DiskRoot | None = None,
+    cpu_quota: bool = True,
 ) -> dict[str, Any]:
     """The OCI ``config.json`` for ``spec``'s container, whose cgroups live at ``cgroups_path``.
 
     ``tmp_source`` is the empty host dir mounted (overlaid) at ``/tmp``; ``cpuset`` the host
     CPUs the sandbox may run on (``"0"``, ``"0-1"``), None for all; ``disk_root`` the sized root
-    the agent moves onto (None: it stays on the image's root)."""
+    the agent moves onto (None: it stays on the image's root). Without ``cpu_quota`` the
+    container starts with no CPU quota: the caller sets it (``cpu_quota_us``) once runsc is done
+    restoring, work of runsc's own that the sandbox's quota should not slow."""
     capabilities = [*_CAPABILITIES, *(["CAP_SYS_ADMIN"] if disk_root is not None else [])]
     network: dict[str, str] = {"type": "network"}
     if spec.netns_path:
@@ -231,7 +239,7 @@ def render_config(
                 network,
             ],
             "cgroupsPath": cgroups_path,
-            "resources": _resources(spec, cpuset),
+            "resources": _resources(spec, cpuset, cpu_quota),
         },
     }
 

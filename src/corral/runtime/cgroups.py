@@ -118,6 +118,25 @@ class SandboxCgroups:
             memsw.write_text(str(limit_bytes))
         (memory / "memory.limit_in_bytes").write_text(str(limit_bytes))
 
+    def cpu_quota(self, container_id: str) -> int | None:
+        """The container's CFS quota in µs per period; None when unlimited."""
+        rel = Path(self.parent) / container_id
+        if self.unified:
+            text = (self.root / rel / "cpu.max").read_text().split()[0]
+            return None if text == "max" else int(text)
+        quota = int((self.root / "cpu" / rel / "cpu.cfs_quota_us").read_text())
+        return None if quota < 0 else quota
+
+    def set_cpu_quota(self, container_id: str, quota_us: int | None) -> None:
+        """Set the container's CFS quota to ``quota_us`` µs per period (None: unlimited); the
+        period stays as runsc set it from the spec."""
+        rel = Path(self.parent) / container_id
+        if self.unified:
+            (self.root / rel / "cpu.max").write_text("max" if quota_us is None else str(quota_us))
+        else:
+            path = self.root / "cpu" / rel / "cpu.cfs_quota_us"
+            path.write_text("-1" if quota_us is None else str(quota_us))
+
     def set_frozen(self, container_id: str, frozen: bool) -> None:
         """Freeze (or thaw) every host process of the container with the cgroup freezer: a
         frozen sandbox is not scheduled at all, gVisor's own threads included. Raises OSError

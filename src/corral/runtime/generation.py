@@ -27,7 +27,7 @@ from pathlib import Path
 from corral.timing import beside, phase
 
 from .base import SandboxSpec
-from .bundle import DiskRoot, render_config, write_config
+from .bundle import DiskRoot, cpu_quota_us, render_config, write_config
 from .cgroups import SandboxCgroups
 from .console import mount_console, trim_console
 from .disk import create_disk, remove_disk
@@ -169,6 +169,9 @@ class Generations:
             disk_root = DiskRoot(paths.disk_root_store(gen), spec.resources.disk_mib)
             disk_root.store.mkdir(mode=0o700)
         record.disk_root_mib = disk_root.size_mib if disk_root else None
+        # Restored without its CPU quota, given it once runsc is done (``cpu_quota.py``).
+        quota = cpu_quota_us(spec.resources.cpu)
+        record.cpu_quota_due = quota if image_dir is not None else None
         paths.save(record)
         tmp_on_disk = (
             not spec.writable_root
@@ -192,6 +195,7 @@ class Generations:
             tmp_source=tmp_source,
             cpuset=cpuset,
             disk_root=disk_root,
+            cpu_quota=image_dir is None,
         )
         with phase("bundle write"):
             write_config(paths.bundle, config)
@@ -226,6 +230,10 @@ class Generations:
         status = self._runsc.recorded_state(cid)  # `runsc state` would cost ~25 ms more
         if status != "running":
             raise RunscError(f"container {cid} is {status or 'gone'} right after booting")
+        if record.cpu_quota_due is not None:
+            self._cgroups.set_cpu_quota(cid, quota)
+            record.cpu_quota_due = None
+            paths.save(record)
         # The sandbox sees (and its agent's OOM killer enforces) its memory; the host cgroup's
         # killer, which would take the whole sandbox, only acts past a headroom above it.
         memory = spec.resources.memory_mib

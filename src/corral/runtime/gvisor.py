@@ -6,7 +6,8 @@ loop-mounted ext4 disk backing gVisor's root overlay and the sized root the agen
 record: ``layout.py``; making and dropping one generation (disk, sized root, ``/tmp``, cpuset,
 config, run or restore) and the layout markers of checkpoint images: ``generation.py``; spec
 rendering: ``bundle.py``; the disk: ``disk.py``, formatted ahead by ``spare_disks.py``; the
-bounded console log: ``console.py``; the runsc command line: ``runsc.py`` (a networked boot
+bounded console log: ``console.py``; the CPU quota lifted while runsc checkpoints or restores:
+``cpu_quota.py``; the runsc command line: ``runsc.py`` (a networked boot
 starts from ``net_sysctl_hidden.py``); agent injection: ``inject.py``.
 
 Locking: none inside. The service serializes calls for one sandbox; calls for different sandboxes
@@ -32,6 +33,7 @@ from corral.timing import phase
 from .base import Runtime, RuntimeFailure, RuntimeInfo, RuntimeStatus, SandboxSpec, Usage
 from .cgroups import SandboxCgroups
 from .console import ConsoleError, trim_console, unmount_console
+from .cpu_quota import CpuQuotaLifts
 from .disk import DiskError, disk_used_mib, remove_disk
 from .generation import MIN_SANDBOX_CPUS, Generations, mark_image
 from .host_commands import CommandError
@@ -95,6 +97,7 @@ class GVisorRuntime:
             )
         )
         self._cgroups = SandboxCgroups(cgroup_parent)
+        self._quota_lifts = CpuQuotaLifts(self._cgroups)
         self._spares = SpareDisks(self.root_dir / ".spare-disks")
         self._generations = Generations(
             self._runsc, self._cgroups, console_kib, self._spares, min_cpus=min_cpus
@@ -145,6 +148,7 @@ class GVisorRuntime:
         if record.checkpointed:
             return RuntimeInfo(RuntimeStatus.STOPPED, detail="checkpointed")
         cid = record.current_container
+        self._quota_lifts.settle(paths, record)  # one a daemon that died left lifted
         oom_killed = self._cgroups.oom_kills(cid) > 0
         # The common answer, asked of every running sandbox every few seconds, from runsc's state
         # file and /proc (~0.1 ms): its sandbox process is alive and not a zombie. A `runsc
@@ -215,7 +219,7 @@ class GVisorRuntime:
                 record.checkpointed = True
                 paths.save(record)
 
-        with phase("generation"):
+        with phase("generation"), self._quota_lifts.restoring(sandbox_id):
             await self._guarded(
                 verb,
                 self._generations.boot(
@@ -247,7 +251,8 @@ class GVisorRuntime:
         cid = record.current_container
         try:
             image_dir.mkdir(parents=True, exist_ok=True)
-            await self._runsc.checkpoint(cid, image_dir, leave_running=leave_running)
+            with self._quota_lifts.checkpointing(paths, record):  # runsc's work, not its own
+                await self._runsc.checkpoint(cid, image_dir, leave_running=leave_running)
             await asyncio.to_thread(mark_image, image_dir, paths, record, durable=durable)
         except _FAILURES as exc:
             raise RuntimeFailure(f"{verb}: {exc}") from exc

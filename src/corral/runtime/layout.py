@@ -55,7 +55,10 @@ class SandboxRecord:
     leaves a container nobody knows of. ``checkpointed`` is set once a checkpoint without
     ``leave_running`` has stopped the sandbox (its container and disk are gone then).
     ``disk_root_mib`` is the size of the sized root the current generation runs on (None: the
-    image's root, as builds and sandboxes restored from older images have).
+    image's root, as builds and sandboxes restored from older images have). ``cpu_quota_due``
+    is the CFS quota the current container must get back: set (and saved) before runsc
+    checkpoints or restores it without one, cleared once it has it again; a daemon that died
+    in between finds it here and puts the quota back (``GVisorRuntime.info``).
     """
 
     sandbox_id: str
@@ -63,6 +66,7 @@ class SandboxRecord:
     container_ids: list[str] = field(default_factory=list)
     checkpointed: bool = False
     disk_root_mib: int | None = None
+    cpu_quota_due: int | None = None
 
     @property
     def current_container(self) -> str:

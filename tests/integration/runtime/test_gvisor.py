@@ -201,13 +201,21 @@ time.sleep(60)
     await runtime.destroy(spec.sandbox_id)
 
 
+def cpu_quota(runtime: GVisorRuntime, sandbox_id: str) -> int | None:
+    """The CFS quota (µs per 100 ms) of the sandbox's current container's cgroup."""
+    record = runtime.paths(sandbox_id).load()
+    assert record is not None
+    return runtime._cgroups.cpu_quota(record.current_container)
+
+
 async def test_checkpoint_and_restore_continue_the_process(
     runtime: GVisorRuntime, make_spec: SpecFactory, tmp_path: Path
 ) -> None:
-    spec = make_spec(COUNTER)
+    spec = make_spec(COUNTER, cpu=0.5)
     log = runtime.paths(spec.sandbox_id).console_log
     await runtime.start(spec)
     await wait_for_log(log, r"^tick 5 True$")
+    assert cpu_quota(runtime, spec.sandbox_id) == 50_000
 
     image = tmp_path / "image"
     started = time.perf_counter()
@@ -222,6 +230,8 @@ async def test_checkpoint_and_restore_continue_the_process(
     await runtime.restore(spec, image)
     print(f"restore took {(time.perf_counter() - started) * 1000:.0f} ms")
     assert (await runtime.info(spec.sandbox_id)).status is RuntimeStatus.RUNNING
+    # restored without a quota (runsc's own work), the sandbox has its own again
+    assert cpu_quota(runtime, spec.sandbox_id) == 50_000
     await wait_for_log(log, rf"^tick {last + 5} True$")
     seen = ticks(log)
     assert seen == list(range(len(seen))), "the counter skipped or repeated across the restore"
@@ -238,8 +248,10 @@ async def test_fork_by_restoring_a_live_checkpoint(
     image = tmp_path / "fork"
     await runtime.checkpoint(parent.sandbox_id, image, leave_running=True)
     at_fork = ticks(parent_log)[-1]
-    child = make_spec(COUNTER)
+    assert cpu_quota(runtime, parent.sandbox_id) == 100_000  # lifted only while checkpointing
+    child = make_spec(COUNTER, cpu=0.5)
     await runtime.restore(child, image)
+    assert cpu_quota(runtime, child.sandbox_id) == 50_000
 
     child_log = runtime.paths(child.sandbox_id).console_log
     first = int((await wait_for_log(child_log, r"^tick (\d+) True$")).group(1))

@@ -3,7 +3,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.runtime import AgentMount, Resources, SandboxSpec
-from corral.runtime.bundle import DISK_ROOT_PATH, DiskRoot, render_config, write_config
+from corral.runtime.bundle import (
+    DISK_ROOT_PATH,
+    DiskRoot,
+    cpu_quota_us,
+    render_config,
+    write_config,
+)
 
 
 def spec(netns_path: str | None = None) -> SandboxSpec:
@@ -28,6 +34,12 @@ def test_resources_and_cgroup_path() -> None:
     assert linux["resources"]["cpu"] == {"quota": 150_000, "period": 100_000}
     assert linux["resources"]["memory"]["limit"] == 512 * 1024 * 1024
     assert linux["resources"]["pids"] == {"limit": 300}
+
+
+def test_a_restore_renders_no_cpu_quota_for_the_runtime_to_set_after() -> None:
+    config = render_config(spec(), cgroups_path="/x", cpu_quota=False)
+    assert config["linux"]["resources"]["cpu"] == {"period": 100_000}
+    assert cpu_quota_us(1.5) == 150_000 and cpu_quota_us(0.001) == 1000
 
 
 def test_root_is_the_shared_template_marked_writable_for_the_overlay() -> None:

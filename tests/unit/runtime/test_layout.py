@@ -64,6 +64,29 @@ def test_oom_kills_from_cgroup_v1_and_v2(tmp_path: Path) -> None:
     assert SandboxCgroups("corral", root=v2).oom_kills("c-0001") == 1
 
 
+def test_cpu_quota_lifted_and_set_on_cgroup_v1_and_v2(tmp_path: Path) -> None:
+    v1 = tmp_path / "v1"
+    (v1 / "cpu/corral/c-0001").mkdir(parents=True)
+    (v1 / "cpu/corral/c-0001/cpu.cfs_quota_us").write_text("50000\n")
+    cgroups = SandboxCgroups("corral", root=v1)
+    assert cgroups.cpu_quota("c-0001") == 50_000
+    cgroups.set_cpu_quota("c-0001", None)
+    assert (v1 / "cpu/corral/c-0001/cpu.cfs_quota_us").read_text() == "-1"
+    assert cgroups.cpu_quota("c-0001") is None
+    cgroups.set_cpu_quota("c-0001", 50_000)
+    assert cgroups.cpu_quota("c-0001") == 50_000
+
+    v2 = tmp_path / "v2"
+    (v2 / "corral/c-0001").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu memory pids\n")
+    (v2 / "corral/c-0001/cpu.max").write_text("50000 100000\n")
+    cgroups = SandboxCgroups("corral", root=v2)
+    assert cgroups.cpu_quota("c-0001") == 50_000
+    cgroups.set_cpu_quota("c-0001", None)
+    assert (v2 / "corral/c-0001/cpu.max").read_text() == "max"
+    assert cgroups.cpu_quota("c-0001") is None
+
+
 def test_known_container_ids_read_from_runsc_state_files(tmp_path: Path) -> None:
     root = tmp_path / ".runsc"
     root.mkdir()

@@ -10,11 +10,13 @@ package main
 //
 // Only when there is something to give back: the runtime then holds at least trimAbove more
 // than it did after the last trim (or at the first request). A trim returns the pages the next
-// request's allocations and goroutine stacks use, and gVisor faults each back in, which the
-// first call after the quiet spell paid for (an exec of `echo hi` after 3 s quiet: +2.7 ms of
-// the sandbox's CPU, +3.3 ms wall, against the same agent without the trim). A ready pool's
-// sandbox (one exec since its start) and a sandbox between short commands no longer pay it;
-// a burst of output (megabytes in the process log) still goes back.
+// request's allocations and goroutine stacks use, and gVisor faults each back in on the first
+// call after the quiet spell; a ready pool's sandbox (one exec since its start) and a sandbox
+// between short commands have little to give back (the agent on the host: 50 execs of
+// `echo hi` grow it by about 0.9 MiB, of which a trim returned 0.4), while a burst of output
+// (megabytes in the process log) still goes back. What the faults cost was not measured apart
+// from the spread between sandboxes: the figures first quoted for it (55fa3ff) came from an
+// A/B whose two sandboxes ran the same build.
 //
 // Across a checkpoint: gVisor moves the monotonic clock on by the time a sandbox spent saved,
 // so a quiet spell pending when a sandbox was checkpointed (a warm template's image is taken

@@ -9,6 +9,7 @@ StateConflict. The runtime's leftovers (the stopped container, its disk) and the
 released in the background, ``TEARDOWN_GRACE`` after the answer, under the same lock: a wake
 that comes first restores beside them and removes them itself (``Runtime.restore``), so it
 never waits for a teardown it does not need; one that comes while they are being removed waits.
+A teardown whose park a later one followed does nothing: the wake between removed it all.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class ParkService:
         self.parked_dir = parked_dir(settings)
         self._background = Background()
         self._hurry = asyncio.Event()  # set: the clean-ups left skip their grace
+        # The latest park of each sandbox with a clean-up still to come: an older park's
+        # clean-up has nothing left to do (a wake came between, which removed it all).
+        self._latest: dict[str, object] = {}
 
     async def drain(self) -> None:
         """Let post-park clean-ups finish now (daemon stop); they are short."""
@@ -152,20 +156,27 @@ class ParkService:
                 image_mib=size,
                 **traffic_totals(self.db.sandboxes.get(sandbox_id), counted),
             )
+            this_park = self._latest[sandbox_id] = object()
         # The image is safe and the record says parked: what the sandbox ran on (its stopped
         # container, its disk, its slot) goes in the background after a grace, under the
         # sandbox's lock (see the module docstring). A crash before then leaves nothing a
         # restart does not clear.
-        self._background.run(self._after_park(sandbox_id, slot))
+        self._background.run(self._after_park(sandbox_id, slot, this_park))
         return record
 
-    async def _after_park(self, sandbox_id: str, slot: Slot | None) -> None:
+    async def _after_park(self, sandbox_id: str, slot: Slot | None, this_park: object) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._hurry.wait(), TEARDOWN_GRACE)
-        async with self.sandboxes.lock(sandbox_id):
-            try:
-                await self.runtime.cleanup(sandbox_id)
-            except RuntimeFailure as exc:
-                log.error("sandbox %s: %s", sandbox_id, exc)
+        # A later park came: a wake came between, which removed what this park left, so this
+        # clean-up has nothing to do; the later park's is its own (done now, it would hold up
+        # a wake right after that park under the lock the wake waits for).
+        if self._latest.get(sandbox_id) is this_park:
+            async with self.sandboxes.lock(sandbox_id):
+                if self._latest.get(sandbox_id) is this_park:
+                    del self._latest[sandbox_id]
+                    try:
+                        await self.runtime.cleanup(sandbox_id)
+                    except RuntimeFailure as exc:
+                        log.error("sandbox %s: %s", sandbox_id, exc)
         if slot is not None:
             await self.live.release_slot(sandbox_id, slot)

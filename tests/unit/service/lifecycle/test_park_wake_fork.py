@@ -30,6 +30,19 @@ async def test_park_frees_memory_and_wake_restores_the_same_sandbox(fakes: Fakes
     assert fakes.agents.agents[record.id].rekeyed == 1  # a restored agent gets its own key
 
 
+async def test_a_park_followed_by_a_wake_and_a_park_leaves_one_teardown(fakes: Fakes) -> None:
+    """A wake removes what the park before it left; that park's teardown, due after its grace,
+    must not remove the later park's leftovers too (under the lock the next wake waits for)."""
+    ws = fakes.workspace
+    record = await fakes.running()
+    await ws.lifecycle.park(record.id)
+    await ws.lifecycle.wake(record.id)
+    await ws.lifecycle.park(record.id)
+    await ws.lifecycle.parks.drain()  # both teardowns, without their grace
+    assert fakes.runtime.calls.count(("cleanup", record.id)) == 1
+    assert (await ws.lifecycle.wake(record.id)).state == "running"
+
+
 async def test_waking_a_running_sandbox_answers_it_as_it_is(fakes: Fakes) -> None:
     record = await fakes.running()
     assert (await fakes.workspace.lifecycle.wake(record.id)).state == "running"
