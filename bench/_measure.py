@@ -1,5 +1,6 @@
 """Host-side measures the benches share: a process's memory, the host's CPU over a window, a
-whole process's wall and CPU time, and the verdict lines against issue 14's goals.
+whole process's wall and CPU time, a sandbox's CPU from its cgroup, and the verdict lines
+against issue 14's goals.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import functools
 import os
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -282,3 +283,37 @@ def ratio_goal_line(what: str, measured: float, baseline: float, factor: float, 
         f"goal {what}: {ratio:.2f}x {base} ({measured:.1f} vs {baseline:.1f} ms)"
         f" vs at most {factor:.1f}x: {verdict}"
     )
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def sandbox_cpu_meter(sandbox_id: str) -> Callable[[], float] | None:
+    """A reader of the CPU time (ms) the sandbox's cgroup has charged: everything its gVisor
+    runs (sentry, gofer, the application's stubs), whatever the host's load; None when no
+    cgroup of the sandbox is found. Its runsc container id holds the sandbox's id; cgroup v1's
+    ``cpuacct.usage`` or v2's ``cpu.stat`` ``usage_usec``."""
+    unified = (CGROUP_ROOT / "cgroup.controllers").exists()
+    top = CGROUP_ROOT if unified else CGROUP_ROOT / "cpuacct"
+    found: list[Path] = []
+    for parent, dirs, _files in os.walk(top):
+        depth = len(Path(parent).relative_to(top).parts)
+        found += [Path(parent) / d for d in dirs if sandbox_id in d]
+        if depth >= 2:
+            dirs.clear()
+    if not found:
+        return None
+    here = min(found, key=lambda path: len(path.parts))
+    if unified:
+        stat = here / "cpu.stat"
+
+        def read_v2() -> float:
+            for line in stat.read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "usage_usec":
+                    return int(value) / 1000
+            return 0.0
+
+        return read_v2
+    usage = here / "cpuacct.usage"
+    return lambda: int(usage.read_text()) / 1e6

@@ -22,6 +22,8 @@ C D E F, ...) so load from elsewhere weighs on all alike:
 
 The daemon's CPU time per call (all its threads, from /proc) is printed beside each layer: it
 is what the host spends whatever the load, where wall times on a busy machine are mostly waiting.
+So is the sandbox's (its cgroup: gVisor's sentry, gofer and the application's stubs), which
+carries the agent's and the spawn's own work; the floor's is one spawn of the in-sandbox loop.
 The host's share is `API exec` minus `agent direct`; the goal (issue 14) is the SDK's round trip
 at most the floor + 3 ms. The agent's key and address are read as the daemon keeps them (its
 data dir's ``agent-keys/``, the slot's address from the record's slot index and the daemon's
@@ -44,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import Figures, private_daemon
-from _measure import goal_line
+from _measure import goal_line, sandbox_cpu_meter
 from floor import spawn_floor
 
 from corral import Sandbox
@@ -132,23 +134,33 @@ def main() -> None:
         }
         samples: dict[str, list[float]] = {name: [] for name in layers}
         daemon_cpu = dict.fromkeys(layers, 0.0)
+        sandbox_cpu = dict.fromkeys(layers, 0.0)
+        meter = sandbox_cpu_meter(sbx.id) or (lambda: 0.0)
         for i in range(args.runs + 3):  # three warm-up rounds
             for name, layer in layers.items():
-                cpu_before = _cpu_ms(daemon.process.pid)
+                cpu_before, sandbox_before = _cpu_ms(daemon.process.pid), meter()
                 ms = layer()
                 if i >= 3:
                     samples[name].append(ms)
                     daemon_cpu[name] += _cpu_ms(daemon.process.pid) - cpu_before
-        floor = spawn_floor(sbx, max(100, args.runs * 2))
+                    sandbox_cpu[name] += meter() - sandbox_before
+        floor_runs = max(100, args.runs * 2)
+        sandbox_before = meter()
+        floor = spawn_floor(sbx, floor_runs)
+        floor_cpu = (meter() - sandbox_before) / (floor_runs + 5)  # with the loop's start
     figures = {name: Figures(name, values) for name, values in samples.items()}
     direct = figures["agent direct (kept-alive)"].p50
     print(f"exec of `true`, {args.runs} rounds taken in turn; ms")
-    print(f"{'layer':34} {'p50':>8} {'p99':>8} {'p50 - agent direct':>19} {'daemon CPU':>11}")
-    print(f"{floor.name[:34]:34} {floor.p50:8.2f} {floor.p99:8.2f}")
+    head = f"{'p50 - agent direct':>19} {'daemon CPU':>11} {'sandbox CPU':>12}"
+    print(f"{'layer':34} {'p50':>8} {'p99':>8} {head}")
+    print(f"{floor.name[:34]:34} {floor.p50:8.2f} {floor.p99:8.2f} {'':31} {floor_cpu:12.2f}")
     for name, figure in figures.items():
         extra = figure.p50 - direct
-        cpu = daemon_cpu[name] / args.runs
-        print(f"{figure.name:34} {figure.p50:8.2f} {figure.p99:8.2f} {extra:19.2f} {cpu:11.2f}")
+        cpu, inside = daemon_cpu[name] / args.runs, sandbox_cpu[name] / args.runs
+        print(
+            f"{figure.name:34} {figure.p50:8.2f} {figure.p99:8.2f} {extra:19.2f} {cpu:11.2f}"
+            f" {inside:12.2f}"
+        )
     sdk = figures["SDK run_exec (new connection)"].p50
     print()
     print(f"agent's share above the floor: {direct - floor.p50:6.2f} ms")

@@ -57,6 +57,9 @@ def test_warm_template_starts_with_the_warmup_running(daemon: Daemon) -> None:
     name = "warm-" + secrets.token_hex(3)
     build(daemon, name, "--from", "base", "--memory", "256", "--warmup", COUNTER, "--warm")
     assert template_info(daemon, name)["warm_ready"] is True
+    # Its memory is kept uncompressed (a pages file beside the state): every create restores it.
+    (image,) = (daemon.data_dir / "warm").glob(f"{name}-*")
+    assert (image / "pages.img").is_file()
     kw = {"url": daemon.url, "api_key": daemon.key}
     first = Sandbox.create(template=name, **kw)
     second = Sandbox.create(template=name, env={"GREETING": "hi"}, **kw)

@@ -156,11 +156,13 @@ class Runtime(Protocol):
         leave_running: bool,
         defer_cleanup: bool = False,
         durable: bool = True,
+        compress: bool = True,
     ) -> None:
         """Save memory and filesystem state to ``image_dir`` (created; fsynced unless not
         ``durable``: a scratch image that no restart may read). Without ``leave_running`` the
         sandbox's processes are gone afterwards; ``defer_cleanup`` leaves removing what they ran
-        on (container records, disk) to a later ``cleanup``."""
+        on (container records, disk) to a later ``cleanup``. Without ``compress`` the memory is
+        kept as it is: more disk, a faster restore (an image restored many times)."""
         ...
 
     async def cleanup(self, sandbox_id: str) -> None:

@@ -130,6 +130,7 @@ class FakeRuntime:
         leave_running: bool,
         defer_cleanup: bool = False,
         durable: bool = True,
+        compress: bool = True,
     ) -> None:
         self._enter("checkpoint", sandbox_id)
         sbx = self._require("checkpoint", sandbox_id, RuntimeStatus.RUNNING)

@@ -241,6 +241,7 @@ class GVisorRuntime:
         leave_running: bool,
         defer_cleanup: bool = False,
         durable: bool = True,
+        compress: bool = True,
     ) -> None:
         paths = self.paths(sandbox_id)
         verb = f"checkpointing sandbox {sandbox_id}"
@@ -252,7 +253,9 @@ class GVisorRuntime:
         try:
             image_dir.mkdir(parents=True, exist_ok=True)
             with self._quota_lifts.checkpointing(paths, record):  # runsc's work, not its own
-                await self._runsc.checkpoint(cid, image_dir, leave_running=leave_running)
+                await self._runsc.checkpoint(
+                    cid, image_dir, leave_running=leave_running, compress=compress
+                )
             await asyncio.to_thread(mark_image, image_dir, paths, record, durable=durable)
         except _FAILURES as exc:
             raise RuntimeFailure(f"{verb}: {exc}") from exc

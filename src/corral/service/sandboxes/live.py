@@ -359,11 +359,12 @@ class LiveSandboxes:
         leave_running: bool,
         defer_cleanup: bool = False,
         durable: bool = True,
+        compress: bool = True,
     ) -> None:
         """Checkpoint a running sandbox into ``image_dir`` with its agent's key beside the memory
         (for the restore's rekey); the image is left 0600 files in 0700 dirs (it holds the
-        sandbox's memory: its secrets, its agent's key). ``durable`` (fsynced): see
-        ``Runtime.checkpoint``."""
+        sandbox's memory: its secrets, its agent's key). ``durable`` (fsynced) and
+        ``compress``: see ``Runtime.checkpoint``."""
         try:
             with phase("agent key"):
                 self.keys.put_in_image(sandbox_id, image_dir)
@@ -375,6 +376,7 @@ class LiveSandboxes:
             leave_running=leave_running,
             defer_cleanup=defer_cleanup,
             durable=durable,
+            compress=compress,
         )
         with phase("image chmod"):
             await asyncio.to_thread(make_private, image_dir)
