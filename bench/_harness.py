@@ -318,12 +318,17 @@ class RawRunsc:
         )
         return cid
 
-    def checkpoint(self, cid: str, image_dir: Path, *, leave_running: bool = False) -> float:
-        """ms of ``runsc checkpoint`` of ``cid`` into ``image_dir``."""
+    def checkpoint(
+        self, cid: str, image_dir: Path, *, leave_running: bool = False, compress: bool = True
+    ) -> float:
+        """ms of ``runsc checkpoint`` of ``cid`` into ``image_dir`` (``compress=False``:
+        ``--compression none``, as corral takes a warm template's image; else runsc's default)."""
         image_dir.mkdir(parents=True, exist_ok=True)
         args = [*self._base(), "checkpoint", "--image-path", str(image_dir)]
         if leave_running:
             args.append("--leave-running")
+        if not compress:
+            args.append("--compression=none")
         started = time.perf_counter()
         subprocess.run([*args, cid], check=True, capture_output=True)
         return (time.perf_counter() - started) * 1000

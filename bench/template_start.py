@@ -8,7 +8,9 @@ Rows (p50/p99 over the runs), from the create call until `echo hi`'s output arri
 - prebuilt base: the same for the debootstrapped `base` (its rootfs used in place);
 - warm template: built with a warmup (a Python process left running) and `--warm`, so every
   sandbox is restored from its memory image; beside raw `runsc restore` of an idle Python
-  container's checkpoint (restore alone, no exec: raw runsc has no agent to answer);
+  container's checkpoint taken as corral takes a warm template's (``--compression=none``), and,
+  printed beside, of one taken with runsc's default compression (restore alone, no exec: raw
+  runsc has no agent to answer);
 - ready pool: a template with a pool; each run claims a ready sandbox (the bench waits, untimed,
   for the pool to refill between runs); beside raw `runsc run`.
 The build itself is timed once (not a latency row).
@@ -45,17 +47,22 @@ def main() -> None:
         )
         idle = raw.start_detached(["python3", "-c", "import time; time.sleep(100000)"])
         time.sleep(0.5)
-        image = raw.root / "idle-image"
-        raw.checkpoint(idle, image)
+        image, flat = raw.root / "idle-image", raw.root / "idle-image-flat"
+        raw.checkpoint(idle, image, leave_running=True)
+        raw.checkpoint(idle, flat, compress=False)
         raw.delete(idle)
 
-        def raw_restore() -> float:
-            cid, ms = raw.restore(image, idle)
+        def raw_restore(of: Path) -> float:
+            cid, ms = raw.restore(of, idle)
             raw.delete(cid)
             return ms
 
+        raw_restore_default = Figures(
+            "raw runsc restore (idle python)", timed_inner(lambda: raw_restore(image), args.runs)
+        )
         raw_restore_figures = Figures(
-            "raw runsc restore (idle python)", timed_inner(raw_restore, args.runs)
+            "raw runsc restore, uncompressed image",
+            timed_inner(lambda: raw_restore(flat), args.runs),
         )
         with private_daemon() as daemon:
             kw = {"url": daemon.url, "api_key": daemon.key}
@@ -118,12 +125,22 @@ def main() -> None:
                     floor = spawn_floor(sbx, max(50, args.runs * 5))
                     echo = echo_floor(sbx, max(50, args.runs * 5))
         report([(cold, raw_run), (base, raw_run), (warm, raw_restore_figures), (pool, raw_run)])
+        d = raw_restore_default
+        print(f"{d.name:44} {d.p50:9.2f} {d.p99:9.2f} {'(other)':>10}")
         print(f"{floor.name:44} {floor.p50:9.2f} {floor.p99:9.2f} {'(floor)':>10}")
         print(f"{echo.name:44} {echo.p50:9.2f} {echo.p99:9.2f} {'(floor)':>10}")
         print()
         print(ratio_goal_line("cold template", cold.p50, raw_run.p50, 1.3, "raw runsc run"))
         print(ratio_goal_line("prebuilt base", base.p50, raw_run.p50, 1.3, "raw runsc run"))
-        print(ratio_goal_line("warm template", warm.p50, raw_restore_figures.p50, 1.3, "restore"))
+        print(
+            ratio_goal_line(
+                "warm template", warm.p50, raw_restore_figures.p50, 1.3, "restore, uncompressed"
+            )
+        )
+        print(
+            f"  (corral keeps a warm template's image uncompressed; against raw restore of "
+            f"runsc's default, compressed, image: {warm.p50 / raw_restore_default.p50:.2f}x)"
+        )
         print(goal_line("ready pool", pool.p50, floor.p50 + 5, "ms", "spawn floor + 5 ms"))
         print(echo_note(pool.p50, floor, echo))
         print(f"\nbuilding bench-cold (base + RUN echo): {build_s:.2f} s")
