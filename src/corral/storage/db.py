@@ -75,7 +75,7 @@ class Database:
         self.sandboxes = SandboxRepository(self._sessions, self.engine, on_sandbox_change)
         self.api_keys = ApiKeyRepository(self._sessions, self.engine)
         self.templates = TemplateRepository(self._sessions, self.engine)
-        self.snapshots = SnapshotRepository(self._sessions)
+        self.snapshots = SnapshotRepository(self._sessions, self.engine)
         self.trusted_keys = TrustedKeyRepository(self._sessions)
         self.project_services = ProjectServiceRepository(self._sessions)
         self.ports = PortRepository(self._sessions)
