@@ -5,8 +5,8 @@ and with the same mechanisms, but stamps the clock between the phases:
 
     lease     SlotNetwork.lease, with spares like the daemon (else namespaces, veths, nftables)
     prepare   SlotNetwork.prepare (eth0's inner address and route)
-    disk      create_disk (sparse image, mkfs.ext4, loop mount)
-    bundle    render_config + write_config
+    disk      create_disk (sparse image, mkfs.ext4, loop mount; the daemon takes a spare)
+    bundle    render_config + write_config (with the sized root the agent moves onto)
     run       runsc run -detach (returns once the agent process was started)
     state     RunscRunner.recorded_state (the check that it is running)
     ready     the agent answers /health (AgentClient.wait_ready)
@@ -16,7 +16,9 @@ The agent is the one the daemon runs (the ``agent`` setting, ``CORRAL_AGENT``: t
 binary by default, mounted as ``daemon.py`` mounts it). The phases run one after the other here
 even where the service overlaps them (the slot's set-up runs beside the disk and bundle), so each
 is seen on its own. With the Python agent, also measured: ``python -X importtime`` of the agent
-inside a sandbox (top imports).
+inside a sandbox (top imports). With the Go agent, its own start (``CORRAL_AGENT_TRACE``: the
+wall-clock end of each step, which gVisor's realtime clock lets us set against the host's): each
+step's end after `runsc run` returned, and the steps' own lengths.
 """
 
 from __future__ import annotations
@@ -35,15 +37,28 @@ from corral.daemon import SPARE_SLOTS
 from corral.network.slots import SlotNetwork
 from corral.runtime.agent_client import AgentClient
 from corral.runtime.base import AgentMount, Resources, SandboxSpec
-from corral.runtime.bundle import render_config, write_config
+from corral.runtime.bundle import DiskRoot, render_config, write_config
 from corral.runtime.cgroups import SandboxCgroups
 from corral.runtime.disk import create_disk, remove_disk
+from corral.runtime.generation import disk_headroom_mib
 from corral.runtime.inject import go_agent_mount, host_agent_mount
 from corral.runtime.reaper import become_subreaper
 from corral.runtime.runsc import NetworkMode, RunscOptions, RunscRunner
 from corral.service.agent_keys import new_agent_key
 
 PHASES = ("lease", "prepare", "disk", "bundle", "run", "state", "ready", "echo")
+DISK_MIB = 1024
+_START_LINE = "corral agent start: "
+
+
+def agent_start_steps(console: str, run_returned_ns: int) -> dict[str, float]:
+    """The Go agent's start steps from its console (``CORRAL_AGENT_TRACE``): ms from `runsc run`
+    returning to each step's end (negative: before it returned)."""
+    for line in console.splitlines():
+        if line.startswith(_START_LINE):
+            steps = (field.split("=", 1) for field in line[len(_START_LINE) :].split())
+            return {name: (int(ns) - run_returned_ns) / 1e6 for name, ns in steps}
+    return {}
 
 
 class Stamps:
@@ -78,16 +93,21 @@ async def _one(
     try:
         await network.prepare(slot)
         stamps.mark("prepare")
-        await create_disk(sdir / "disk.img", sdir / "disk", 1024)
+        size = DISK_MIB + disk_headroom_mib(DISK_MIB)
+        await create_disk(sdir / "disk.img", sdir / "disk", size)
         stamps.mark("disk")
+        mount = _agent_mount(work)
         spec = SandboxSpec(
             sandbox_id=sid,
             rootfs=rootfs,
-            resources=Resources(cpu=1, memory_mib=512, disk_mib=1024),
-            agent=_agent_mount(work),
+            resources=Resources(cpu=1, memory_mib=512, disk_mib=DISK_MIB),
+            agent=AgentMount(mount.mounts, mount.argv, (("CORRAL_AGENT_TRACE", "1"),), mount.tools),
             netns_path=slot.netns_path,
         )
-        write_config(sdir / "bundle", render_config(spec, cgroups_path=cgroups.path_for(cid)))
+        disk_root = DiskRoot(sdir / "disk" / "root", DISK_MIB)  # as the daemon's generations
+        disk_root.store.mkdir(mode=0o700)
+        config = render_config(spec, cgroups_path=cgroups.path_for(cid), disk_root=disk_root)
+        write_config(sdir / "bundle", config)
         stamps.mark("bundle")
         await runsc.run(
             cid,
@@ -98,6 +118,7 @@ async def _one(
             stdin_data=f"{key}\n".encode(),
         )
         stamps.mark("run")
+        run_returned = time.time_ns()
         assert runsc.recorded_state(cid) == "running"
         stamps.mark("state")
         async with AgentClient(slot.host_address) as client:
@@ -110,6 +131,9 @@ async def _one(
                     stamps.mark("echo")
                     break
             await stream.aclose()
+        console = (sdir / "console.log").read_text(errors="replace")
+        for name, ms in agent_start_steps(console, run_returned).items():
+            stamps.phases[f"agent {name}"] = ms
     finally:
         await runsc.delete_force(cid)
         cgroups.remove(cid)
@@ -222,6 +246,18 @@ async def run_breakdown(runs: int, rootfs: Path) -> None:
         print(f"  {name:42} {p50:9.2f} {percentile(values, 99):9.2f}")
     print(f"  {'sum of p50s':42} {total:9.2f}")
     print(f"agent: {'python' if imports else 'go'} (the daemon's, CORRAL_AGENT)")
+    steps = [name for name in samples if name.startswith("agent ")]
+    if steps:
+        print()
+        title = "the Go agent's start (ms after runsc returned)"
+        print(f"{title:44} {'p50 end':>9} {'p50 own':>9}")
+        steps.sort(key=lambda name: sorted(samples[name])[len(samples[name]) // 2])
+        previous = 0.0
+        for name in steps:
+            end = sorted(samples[name])[len(samples[name]) // 2]
+            own = "" if name == steps[0] else f"{end - previous:9.2f}"
+            print(f"  {name.removeprefix('agent '):42} {end:9.2f} {own:>9}")
+            previous = end
     if imports:
         print()
         for line in _summarise_importtime(imports):

@@ -213,6 +213,13 @@ class RunscRunner:
         """``runsc checkpoint``; without ``compress``, the memory is written as it is
         (``--compression=none``: a pages file beside the state, larger on disk, restored
         without inflating it)."""
+        # Parks, snapshots and forks compress, on purpose. `-compression none` (2026-12-03,
+        # load 4-5, runsc on corral's configuration) restored 200 MB 170-250 ms sooner,
+        # checkpointed it no faster in a steady way, and made its image 205 MiB instead of 1.6
+        # (an idle sandbox's 2.7 MB instead of 0.65): all of it to fsync before a park or
+        # snapshot may answer and to count against the workspace's disk. Raw runsc gains as
+        # much from it, so it brings no ratio to raw closer. The sentry compresses without the
+        # sandbox's CPU quota (``cpu_quota.py``): the quota was what made it slower than raw's.
         args = ["checkpoint", "--image-path", str(image_dir)]
         if not compress:
             args.append("--compression=none")

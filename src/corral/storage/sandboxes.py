@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.storage.raw import fetch_all, json_or
@@ -242,24 +242,20 @@ class SandboxRepository:
         """(cpu, memory MiB, disk MiB) the records reserve, summed in SQL: the records in
         ``active_states`` their cpu, memory and disk, those in ``image_states`` their image's
         MiB of disk. No record is read (capacity is asked on every create and import)."""
-        active = SandboxRow.state.in_(active_states)
-        image = func.coalesce(SandboxRow.image_mib, 0)
-        query = select(
-            func.coalesce(func.sum(case((active, SandboxRow.cpu), else_=0.0)), 0.0),
-            func.coalesce(func.sum(case((active, SandboxRow.memory_mib), else_=0)), 0),
-            func.coalesce(
-                func.sum(
-                    case(
-                        (active, SandboxRow.disk_mib),
-                        (SandboxRow.state.in_(image_states), image),
-                        else_=0,
-                    )
-                ),
-                0,
-            ),
-        ).where(SandboxRow.state.in_(set(active_states) | set(image_states)))
-        with self._sessions() as session:
-            cpu, memory, disk = session.execute(query).one()
+        # By plain SQL: through the ORM, building and compiling this query took ~3 ms of CPU
+        # per call at load 8, on the path of every park (its space check), wake and create.
+        active, image = sorted(active_states), sorted(image_states)
+        is_active = f"state IN ({', '.join('?' * len(active))})"
+        is_image = f"state IN ({', '.join('?' * len(image))})"
+        query = (
+            f"SELECT COALESCE(SUM(CASE WHEN {is_active} THEN cpu ELSE 0.0 END), 0.0), "
+            f"COALESCE(SUM(CASE WHEN {is_active} THEN memory_mib ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {is_active} THEN disk_mib "
+            f"WHEN {is_image} THEN COALESCE(image_mib, 0) ELSE 0 END), 0) "
+            f"FROM sandboxes WHERE {is_active} OR {is_image}"
+        )
+        params = (*active, *active, *active, *image, *active, *image)
+        ((cpu, memory, disk),) = fetch_all(self._engine, query, params)
         return float(cpu), float(memory), float(disk)
 
     def update(self, sandbox_id: str, **fields: Any) -> SandboxRecord:

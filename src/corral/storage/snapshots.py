@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.storage.records import SnapshotRecord
 from corral.storage.tables import SnapshotRow
 
 _FIELDS = [f.name for f in dataclasses.fields(SnapshotRecord)]
+_TOTAL_MIB = "SELECT COALESCE(SUM(size_mib), 0) FROM snapshots"
 
 
 def _record(row: SnapshotRow) -> SnapshotRecord:
@@ -27,6 +28,12 @@ class SnapshotRepository:
     def add(self, record: SnapshotRecord) -> None:
         with self._sessions.begin() as session:
             session.add(SnapshotRow(**dataclasses.asdict(record)))
+
+    def total_mib(self) -> int:
+        """The MiB of disk all snapshots' images take, summed in SQL (asked on every
+        admission and space check: reading every record cost ~1 ms)."""
+        with self._sessions() as session:
+            return int(session.execute(text(_TOTAL_MIB)).scalar_one())
 
     def get(self, name: str) -> SnapshotRecord | None:
         with self._sessions() as session:

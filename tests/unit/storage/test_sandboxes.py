@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import IntegrityError
 
+from corral.service.capacity import RESERVING_ALL, RESERVING_IMAGE, Reserved, reserved_by
 from corral.storage import sandboxes
 from corral.storage.db import Database
 from corral.storage.records import SandboxRecord, TemplatePin
@@ -105,6 +106,25 @@ def test_list_filters_by_state_pool_and_metadata_oldest_first(db: Database) -> N
     assert ids(db.sandboxes.list(metadata={"a": "1"})) == [made[1].id, made[0].id]
     assert db.sandboxes.list(states={"running"}) == [_orm_read(db, i) for i in
         (made[4].id, made[2].id, made[0].id)]  # fmt: skip
+
+
+def test_reserved_sums_in_sql_what_reserved_by_sums_of_the_records(db: Database) -> None:
+    variants: list[dict[str, Any]] = [
+        {"state": "running", "cpu": 1.5, "memory_mib": 512, "disk_mib": 1024},
+        {"state": "creating", "cpu": 0.25, "memory_mib": 256, "disk_mib": 2048},
+        {"state": "parked", "cpu": 2.0, "memory_mib": 1024, "disk_mib": 4096, "image_mib": 37},
+        {"state": "parked", "cpu": 2.0, "memory_mib": 1024, "disk_mib": 4096},
+        {"state": "killed", "cpu": 4.0, "memory_mib": 4096, "disk_mib": 8192, "image_mib": 5},
+    ]
+    made = [
+        dataclasses.replace(BARE, id=f"sb-resv0000000{i}", **fields)
+        for i, fields in enumerate(variants)
+    ]
+    for record in made:
+        db.sandboxes.add(record)
+    assert db.sandboxes.reserved(RESERVING_ALL, RESERVING_IMAGE) == (1.75, 768.0, 3109.0)
+    assert Reserved(*db.sandboxes.reserved(RESERVING_ALL, RESERVING_IMAGE)) == reserved_by(made)
+    assert db.sandboxes.reserved(set(), set()) == (0.0, 0.0, 0.0)
 
 
 def test_update_tells_listeners_before_and_after_and_refuses_what_is_not_a_field(

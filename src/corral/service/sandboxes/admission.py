@@ -74,7 +74,7 @@ class Admission:
         self.lock = asyncio.Lock()
 
     def _snapshot_mib(self) -> int:
-        return sum(s.size_mib for s in self.db.snapshots.list())
+        return self.db.snapshots.total_mib()
 
     def _reserved(self) -> Reserved:
         # Summed by the store: reading every record would cost ~50 ms of CPU per 1,000.
