@@ -19,7 +19,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 from corral.network import firewall
 from corral.network.base import INNER_ADDRESS, NetworkFailure
 from corral.network.egress import SlotEgress, allows_forward
-from corral.network.namespaces import describe, open_ipr, run_in_netns, step, write_sysctl
+from corral.network.namespaces import describe, open_ipr, run_in_netns, write_sysctl
+from corral.network.rtnl import Rtnl
 
 __all__ = [
     "apply_slot_egress",
@@ -27,7 +28,6 @@ __all__ = [
     "enable_host_forwarding",
     "host_ipv4_addresses",
     "remove_slot_egress",
-    "route_egress",
     "uplink_interfaces",
 ]
 
@@ -63,22 +63,20 @@ def commit_slot_egress(
     keep: frozenset[tuple[int, str, int]] = frozenset(),
 ) -> int:
     """(In the slot namespace.) Commit the egress ruleset (one transaction; a live change takes
-    effect on the next packet of every connection), route the slot's egress to the host side,
-    and delete the conntrack entries of forwarded flows the policy now forbids, so their answers
+    effect on the next packet of every connection) with the slot ruleset re-committed in the
+    same transaction (so a slot built by an older daemon, whose slot table may lack the egress
+    mark, is brought up to date atomically), route the slot's egress to the host side, and
+    delete the conntrack entries of forwarded flows the policy now forbids, so their answers
     stop too. Returns how many flows were forgotten; the flows of the fast ports are kept only
     when ``keep`` names them (sandbox port, address, port: what the first-flight judge says the
     policy still allows). Only forwarded sandbox flows are touched: deleting the entry of an
     allowed, redirected or host-opened connection would break its translation.
 
-    Otherwise the slot ruleset is re-committed in the same transaction, so a slot built by an
-    older daemon (whose slot table may lack the egress mark) is brought up to date atomically,
-    and the route is replaced.
-
     ``fresh``: the slot was built by this daemon for this lease (``slot_kernel.ensure_slot``:
     its slot table and route are current) and its sandbox has not run yet (it tracks no flow).
     Then only the egress table is committed, made without deleting anything (a commit that
     deletes a table waits for the kernel to release the old one: ~10 ms, and its worker's
-    context close another RCU grace period), neither the route nor the conntrack table (a dump
+    context close another RCU grace period); neither the route nor the conntrack table (a dump
     costs ~12 ms even when empty) is touched. If the table exists after all, that transaction
     fails whole and the replacing one runs instead."""
     what = f"egress of slot {egress.slot_address}"
@@ -95,17 +93,17 @@ def commit_slot_egress(
         host_address=egress.slot_address,
     )
     firewall.commit(slot_rules.render() + egress.render(), what)
-    route_egress(host_side_address)
+    _route_egress(host_side_address)
     return _forget_forbidden_flows(egress, keep)
 
 
-def route_egress(host_side_address: str) -> None:
+def _route_egress(host_side_address: str) -> None:
     """(In the slot namespace.) The default route, through the host side of the uplink."""
-    with open_ipr("routing egress of the slot") as ipr:
-        step(
-            "adding the default route of the slot",
-            lambda: ipr.route("replace", dst="0.0.0.0/0", gateway=host_side_address),
-        )
+    try:
+        with Rtnl() as rt:
+            rt.replace_default_route(host_side_address)
+    except OSError as exc:
+        raise NetworkFailure(f"adding the default route of the slot: {describe(exc)}") from exc
 
 
 def _forget_forbidden_flows(egress: SlotEgress, keep: frozenset[tuple[int, str, int]]) -> int:

@@ -8,11 +8,12 @@ beside ``runsc run`` (the spare slot is rebuilt as a sandbox boots) on a host wh
 wants, so its CPU lands on the boot. Packed by hand, a request costs a few microseconds of
 Python; the kernel's work is the same.
 
-Scope: exactly what ``slot_kernel`` needs (a veth pair with its peer in another namespace, a
-link up, an IPv4 address, a default route, a link's index, a link's deletion); reads of the
-kernel's tables stay with pyroute2. Every request asks for an acknowledgement, and a refusal is
-raised as ``OSError`` with the kernel's errno (``NetlinkError``'s role in pyroute2), so callers
-wrap it with ``namespaces.step`` as before. Not thread-safe: one thread uses one ``Rtnl``.
+Scope: what ``slot_kernel`` and ``egress_apply`` need (a veth pair with its peer in another
+namespace, a link up, an IPv4 address, a default route, a link's index, a link's deletion);
+reads of the kernel's tables stay with pyroute2. Every request asks for an acknowledgement,
+and a refusal is raised as ``OSError`` with the kernel's errno (``NetlinkError``'s role in
+pyroute2), so callers wrap it with ``namespaces.step`` as before. Not thread-safe: one thread
+uses one ``Rtnl``.
 """
 
 from __future__ import annotations
