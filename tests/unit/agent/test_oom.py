@@ -46,7 +46,10 @@ def test_plenty_of_memory_kills_nothing_and_looks_rarely() -> None:
 
 def test_ancestry_walks_up_to_init() -> None:
     chain = ancestry(os.getpid())
-    assert chain[:2] == [os.getpid(), os.getppid()]
+    # The test runner's parent is init when it was started detached (nohup ... &): then the
+    # chain is this process alone.
+    expected = [os.getpid()] + ([os.getppid()] if os.getppid() > 1 else [])
+    assert chain[: len(expected)] == expected
     assert 1 not in chain
 
 
