@@ -42,6 +42,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def default_signals() -> None:
+    """Give an agent every signal at its default, as runsc starts it in a sandbox (its init).
+    A test run started in the background by a non-interactive shell (``./scripts/test &``) has
+    SIGINT and SIGQUIT ignored, the agent and its children would inherit that, and Ctrl-C on a
+    terminal would not stop what runs there."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @dataclass
 class LocalAgentRuntime:
     """Runs each sandbox's agent as a host process on its own loopback port."""
@@ -77,6 +86,7 @@ class LocalAgentRuntime:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=default_signals,
         )
         assert process.stdin is not None
         process.stdin.write(f"{spec.agent_key or ''}\n".encode())  # as runsc's stdin pipe does

@@ -22,6 +22,7 @@ import pytest
 
 from corral.agent import AGENT_DIR, AGENT_PATH
 from corral.runtime.agent_client import AgentClient, AgentError
+from tests.unit.conftest import default_signals
 
 AGENT_KEY = "ab" * 32
 
@@ -40,15 +41,6 @@ class LocalAgent:
 
 
 GO_AGENT = AGENT_DIR / "go" / "corral-agent"
-
-
-def _default_signals() -> None:
-    """Give the agent every signal at its default, as runsc starts it in a sandbox (its init).
-    A test run started in the background by a non-interactive shell (``./scripts/test &``) has
-    SIGINT and SIGQUIT ignored, the agent and its children would inherit that, and Ctrl-C on a
-    terminal would not stop what runs there."""
-    for sig in (signal.SIGINT, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 @pytest.fixture(params=["python", "go"])
@@ -78,7 +70,7 @@ async def agent(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd="/",
-            preexec_fn=_default_signals,
+            preexec_fn=default_signals,
         )
     assert process.stdin is not None
     process.stdin.write(f"{AGENT_KEY}\n".encode())  # the key, as the runtime hands it over
