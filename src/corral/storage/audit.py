@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from corral.storage.raw import transaction
 from corral.storage.records import AuditEntry
 from corral.storage.tables import AuditRow
 
@@ -34,19 +35,8 @@ class AuditRepository:
         rows = [tuple(getattr(e, name) for name in _FIELDS) for e in entries]
         if not rows:
             return
-        connection = self._engine.raw_connection()
-        try:
-            cursor = connection.cursor()
-            try:
-                cursor.executemany(_INSERT, rows)
-            finally:
-                cursor.close()
-            connection.commit()
-        except BaseException:
-            connection.rollback()
-            raise
-        finally:
-            connection.close()  # back to the pool
+        with transaction(self._engine) as cursor:
+            cursor.executemany(_INSERT, rows)
 
     def query(
         self,

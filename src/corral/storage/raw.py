@@ -4,17 +4,24 @@ One record read through the ORM (a session, its identity map, the type processor
 20 times the same read by SQL, and the calls a user waits on (exec, a pool's claim, a create)
 read sandbox, template and key records on the event loop. Repositories that read on those paths
 select by SQL here and decode what the ORM's column types would (``json_or`` for JSON text,
-``flag`` for booleans stored as 0/1); their writes stay on the ORM unless said otherwise.
+``flag`` for booleans stored as 0/1); their writes stay on the ORM unless said otherwise, and
+those that do not go through ``transaction``: committed whole (durably, as every write) or
+rolled back whole, the connection back in the pool either way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.engine.interfaces import DBAPICursor
 
-__all__ = ["fetch_all", "flag", "json_or"]
+from corral.timing import phase
+
+__all__ = ["fetch_all", "flag", "json_or", "transaction"]
 
 
 def fetch_all(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -27,6 +34,30 @@ def fetch_all(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tu
             return list(cursor.fetchall())
         finally:
             cursor.close()
+    finally:
+        connection.close()  # back to the pool
+
+
+@contextlib.contextmanager
+def transaction(engine: Engine, *, immediate: bool = False) -> Iterator[DBAPICursor]:
+    """A cursor on a pooled connection whose writes commit when the block ends (timed as the
+    ``db commit`` phase) and roll back if it raises, whatever it raises; ``immediate`` takes
+    the write lock at once (``BEGIN IMMEDIATE``: a read then a write in the block sees no other
+    writer between them)."""
+    connection = engine.raw_connection()
+    try:
+        cursor = connection.cursor()
+        try:
+            if immediate:
+                cursor.execute("BEGIN IMMEDIATE")
+            yield cursor
+        finally:
+            cursor.close()
+        with phase("db commit"):
+            connection.commit()
+    except BaseException:
+        connection.rollback()
+        raise
     finally:
         connection.close()  # back to the pool
 

@@ -13,10 +13,9 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from corral.storage.raw import fetch_all, json_or
+from corral.storage.raw import fetch_all, json_or, transaction
 from corral.storage.records import SandboxRecord, TemplatePin
 from corral.storage.tables import SandboxRow, TemplatePinRow
-from corral.timing import phase
 
 
 def _record(row: SandboxRow) -> SandboxRecord:
@@ -269,30 +268,15 @@ class SandboxRepository:
         now = time.time()
         names = [*fields, "updated_at"]
         values = [_to_sql(name, value) for name, value in fields.items()]
-        connection = self._engine.raw_connection()
-        try:
-            cursor = connection.cursor()
-            try:
-                cursor.execute("BEGIN IMMEDIATE")
-                cursor.execute(f"SELECT {_COLUMNS} FROM sandboxes WHERE id = ?", (sandbox_id,))
-                row = cursor.fetchone()
-                if row is None:
-                    connection.rollback()
-                    raise KeyError(sandbox_id)
-                assignments = ", ".join(f"{name} = ?" for name in names)
-                cursor.execute(
-                    f"UPDATE sandboxes SET {assignments} WHERE id = ?",
-                    (*values, now, sandbox_id),
-                )
-                with phase("db commit"):
-                    connection.commit()
-            finally:
-                cursor.close()
-        except BaseException:
-            connection.rollback()
-            raise
-        finally:
-            connection.close()  # back to the pool
+        with transaction(self._engine, immediate=True) as cursor:
+            cursor.execute(f"SELECT {_COLUMNS} FROM sandboxes WHERE id = ?", (sandbox_id,))
+            row = cursor.fetchone()
+            if row is None:
+                raise KeyError(sandbox_id)
+            assignments = ", ".join(f"{name} = ?" for name in names)
+            cursor.execute(
+                f"UPDATE sandboxes SET {assignments} WHERE id = ?", (*values, now, sandbox_id)
+            )
         before = _from_sql(row)
         record = dataclasses.replace(before, **fields, updated_at=now)
         self._changed(before, record)

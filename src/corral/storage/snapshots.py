@@ -15,10 +15,9 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from corral.storage.raw import fetch_all, json_or
+from corral.storage.raw import fetch_all, json_or, transaction
 from corral.storage.records import SnapshotRecord
 from corral.storage.tables import SnapshotRow
-from corral.timing import phase
 
 _FIELDS = [f.name for f in dataclasses.fields(SnapshotRecord)]
 _TABLE = SnapshotRow.__tablename__
@@ -47,21 +46,9 @@ class SnapshotRepository:
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> int:
         """Run one writing statement in its own transaction; the rows it changed."""
-        connection = self._engine.raw_connection()
-        try:
-            cursor = connection.cursor()
-            try:
-                cursor.execute(sql, params)
-                changed = int(cursor.rowcount)
-            finally:
-                cursor.close()
-            with phase("db commit"):
-                connection.commit()
-        except BaseException:
-            connection.rollback()
-            raise
-        finally:
-            connection.close()  # back to the pool
+        with transaction(self._engine) as cursor:
+            cursor.execute(sql, params)
+            changed = int(cursor.rowcount)
         return changed
 
     def add(self, record: SnapshotRecord) -> None:
@@ -95,26 +82,12 @@ class SnapshotRepository:
             return record
         assignments = ", ".join(f"{key} = ?" for key in fields)
         values = tuple(_to_sql(key, value) for key, value in fields.items())
-        connection = self._engine.raw_connection()
-        try:
-            cursor = connection.cursor()
-            try:
-                cursor.execute("BEGIN IMMEDIATE")
-                cursor.execute(f"UPDATE {_TABLE} SET {assignments} WHERE name = ?", (*values, name))
-                if cursor.rowcount == 0:
-                    connection.rollback()
-                    raise KeyError(name)
-                cursor.execute(f"SELECT {_COLUMNS} FROM {_TABLE} WHERE name = ?", (name,))
-                row: tuple[Any, ...] | None = cursor.fetchone()
-                with phase("db commit"):
-                    connection.commit()
-            finally:
-                cursor.close()
-        except BaseException:
-            connection.rollback()
-            raise
-        finally:
-            connection.close()  # back to the pool
+        with transaction(self._engine, immediate=True) as cursor:
+            cursor.execute(f"UPDATE {_TABLE} SET {assignments} WHERE name = ?", (*values, name))
+            if cursor.rowcount == 0:
+                raise KeyError(name)
+            cursor.execute(f"SELECT {_COLUMNS} FROM {_TABLE} WHERE name = ?", (name,))
+            row: tuple[Any, ...] | None = cursor.fetchone()
         if row is None:  # never: it was updated in this transaction
             raise KeyError(name)
         return _from_sql(row)
